@@ -1,0 +1,3 @@
+module github.com/knitgo/knit
+
+go 1.26
