@@ -1,0 +1,156 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// inFlightTarget is the number of concurrent calls used by every
+// "throughput" row.
+const inFlightTarget = 1024
+
+// poolWorkers is the worker count of every bounded pool (channel pool, ants,
+// pond). It matches the 2 vCPUs of the reference machine and is fixed so the
+// rows stay comparable across machines.
+const poolWorkers = 2
+
+// scenario is one row of the table.
+type scenario struct {
+	// name is the row label. Keep it unique and stable: -filter and -ref
+	// match against it, and JSON consumers key on it.
+	name string
+	// inFlight is the number of calls outstanding at once: 1 for a round
+	// trip, inFlightTarget for a throughput row.
+	inFlight int
+	// slow rows are skipped with -short.
+	slow bool
+	// setup prepares everything the row needs (pools, actors, child
+	// processes) outside the timed region. It returns the body handed to
+	// testing.Benchmark (which may call it several times with growing b.N)
+	// and a cleanup that must release everything, reap children included.
+	setup func() (body func(b *testing.B), cleanup func() error, err error)
+}
+
+// result is one measured row.
+type result struct {
+	Name        string  `json:"name"`
+	InFlight    int     `json:"in_flight"`
+	N           int     `json:"n"`
+	NsPerOp     float64 `json:"ns_per_op"`
+	CallsPerSec float64 `json:"calls_per_sec"`
+	AllocsPerOp float64 `json:"allocs_per_op"`
+	BytesPerOp  float64 `json:"bytes_per_op"`
+	Ratio       float64 `json:"ratio_vs_ref,omitempty"`
+	Reference   bool    `json:"reference,omitempty"`
+	Skipped     string  `json:"skipped,omitempty"`
+	Err         string  `json:"error,omitempty"`
+}
+
+// failure keeps the first error reported by a benchmark body. testing.B
+// writes its log to a discarded writer when driven by testing.Benchmark, so
+// the message would otherwise be lost.
+var failure struct {
+	sync.Mutex
+	err error
+}
+
+// fail records err and marks b failed. It is safe to call from RunParallel
+// bodies and helper goroutines; the caller must return afterwards.
+func fail(b *testing.B, err error) {
+	recordFailure(err)
+	b.Error(err)
+}
+
+// recordFailure keeps err unless an earlier error is already recorded.
+func recordFailure(err error) {
+	failure.Lock()
+	if failure.err == nil {
+		failure.err = err
+	}
+	failure.Unlock()
+}
+
+func takeFailure() error {
+	failure.Lock()
+	defer failure.Unlock()
+	err := failure.err
+	failure.err = nil
+	return err
+}
+
+// runInFlight runs body from enough goroutines that inFlightTarget calls
+// are outstanding at once (RunParallel starts parallelism*GOMAXPROCS
+// goroutines).
+func runInFlight(b *testing.B, body func(pb *testing.PB)) {
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((inFlightTarget + procs - 1) / procs)
+	b.RunParallel(body)
+}
+
+// runScenario sets s up, measures it with testing.Benchmark and tears it
+// down again.
+func runScenario(s scenario) (res result) {
+	res = result{Name: s.name, InFlight: s.inFlight}
+	body, cleanup, err := s.setup()
+	if err != nil {
+		res.Err = "setup: " + err.Error()
+		return res
+	}
+	defer func() {
+		if cerr := cleanup(); cerr != nil && res.Err == "" {
+			res.Err = "cleanup: " + cerr.Error()
+		}
+	}()
+
+	takeFailure()
+	runtime.GC()
+	br := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		body(b)
+		if b.Failed() {
+			recordFailure(errors.New("benchmark failed"))
+		}
+	})
+	if err := takeFailure(); err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	if br.N == 0 || br.T <= 0 {
+		res.Err = "benchmark did not run"
+		return res
+	}
+	res.N = br.N
+	res.NsPerOp = float64(br.T.Nanoseconds()) / float64(br.N)
+	res.CallsPerSec = 1e9 / res.NsPerOp
+	res.AllocsPerOp = float64(br.MemAllocs) / float64(br.N)
+	res.BytesPerOp = float64(br.MemBytes) / float64(br.N)
+	return res
+}
+
+// allScenarios lists the rows in table order. knit's own rows come last,
+// from knitScenarios in knit.go.
+func allScenarios() []scenario {
+	var all []scenario
+	all = append(all, inProcScenarios()...)
+	all = append(all, poolScenarios()...)
+	all = append(all, actorScenarios()...)
+	all = append(all, processScenarios()...)
+	all = append(all, knitScenarios()...)
+	return all
+}
+
+// checkNames panics on duplicate row names (a programming error).
+func checkNames(all []scenario) {
+	seen := map[string]bool{}
+	for _, s := range all {
+		if seen[s.name] {
+			panic(fmt.Sprintf("duplicate scenario name %q", s.name))
+		}
+		seen[s.name] = true
+	}
+}
