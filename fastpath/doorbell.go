@@ -1,0 +1,186 @@
+package fastpath
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/knitgo/knit/internal/futex"
+)
+
+// Bell parks a goroutine on a 32-bit word and wakes it. Implementations may wake spuriously;
+// callers re-check their condition.
+type Bell interface {
+	// Wait blocks while *word == seen, for at most timeout (≤ 0: no limit).
+	Wait(word *atomic.Uint32, seen uint32, timeout time.Duration)
+	// Wake wakes a waiter on word.
+	Wake(word *atomic.Uint32)
+}
+
+// FutexBell parks on the word itself with non-private futex operations, so it works across
+// processes that share the mapping. A parked goroutine holds its OS thread.
+type FutexBell struct{}
+
+// Wait implements Bell.
+func (FutexBell) Wait(word *atomic.Uint32, seen uint32, timeout time.Duration) {
+	_ = futex.Wait(word, seen, timeout) // timeouts and spurious wakes are the caller's re-check
+}
+
+// Wake implements Bell.
+func (FutexBell) Wake(word *atomic.Uint32) { _, _ = futex.Wake(word, 1) }
+
+// ChanBell parks in the Go scheduler: a goroutine handoff is far cheaper than a futex wake,
+// so in-process lanes use it. It serves exactly one waiter.
+type ChanBell struct{ c chan struct{} }
+
+// NewChanBell returns a ChanBell.
+func NewChanBell() *ChanBell { return &ChanBell{c: make(chan struct{}, 1)} }
+
+// Wait implements Bell. A token left by an earlier Wake makes it return at once, so no wake
+// is lost between the caller's last check and the wait.
+func (b *ChanBell) Wait(word *atomic.Uint32, seen uint32, timeout time.Duration) {
+	if word.Load() != seen {
+		return
+	}
+	if timeout <= 0 {
+		<-b.c
+		return
+	}
+	t := time.NewTimer(timeout)
+	select {
+	case <-b.c:
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+// Wake implements Bell.
+func (b *ChanBell) Wake(*atomic.Uint32) {
+	select {
+	case b.c <- struct{}{}:
+	default:
+	}
+}
+
+// EventBell rings an eventfd, which the waiting side reads through Go's netpoller: no OS
+// thread is held while it waits. The fd can be inherited by a child process.
+type EventBell struct{ FD *futex.EventFD }
+
+// Wait implements Bell.
+func (b EventBell) Wait(word *atomic.Uint32, seen uint32, timeout time.Duration) {
+	if word.Load() != seen {
+		return
+	}
+	_, _ = b.FD.Wait(timeout)
+}
+
+// Wake implements Bell.
+func (b EventBell) Wake(*atomic.Uint32) { _ = b.FD.Signal() }
+
+// Wake is the lane doorbell: a wake counter the consumer parks on and an awake flag. The
+// consumer clears its flag, re-checks for work, then parks on the counter it read; the
+// producer, after publishing, bumps the counter and rings only when the flag is clear. With
+// sequentially consistent atomics one of the two always sees the other, so no wake is lost.
+type Wake struct {
+	counter, awake *atomic.Uint32
+}
+
+// Counter is the word the consumer parks on.
+func (w *Wake) Counter() *atomic.Uint32 { return w.counter }
+
+// Park sleeps until rung, or until timeout (a safety net), unless ready reports work after
+// the awake flag is cleared.
+func (w *Wake) Park(bell Bell, ready func() bool, timeout time.Duration) {
+	w.awake.Swap(0) // a full barrier before re-checking: see Producer.Publish
+
+	seen := w.counter.Load()
+	if !ready() {
+		bell.Wait(w.counter, seen, timeout)
+	}
+	w.awake.Store(1)
+}
+
+// SetAwake marks the consumer awake (it is after boot and after every Park).
+func (w *Wake) SetAwake() { w.awake.Store(1) }
+
+// Ring wakes the consumer if it is parked or about to park; it costs one load when the
+// consumer is awake.
+func (w *Wake) Ring(bell Bell) bool {
+	if w.awake.Load() != 0 {
+		return false
+	}
+	w.counter.Add(1)
+	bell.Wake(w.counter)
+	return true
+}
+
+// Force bumps the counter and rings whatever the flag says (stop requests use it).
+func (w *Wake) Force(bell Bell) {
+	w.counter.Add(1)
+	bell.Wake(w.counter)
+}
+
+// Completion doorbell states.
+const (
+	ArmOff       uint32 = 0
+	ArmArmed     uint32 = 1
+	ArmSignalled uint32 = 2
+)
+
+// Completion is the result doorbell of a return ring. The consumer arms it before sleeping
+// and re-checks the ring; the producer signals by CAS from armed, so a burst of results
+// rings once.
+type Completion struct{ arm *atomic.Uint32 }
+
+// Word is the arm word.
+func (c Completion) Word() *atomic.Uint32 { return c.arm }
+
+// Arm marks the consumer as about to sleep. Re-check the ring after arming.
+func (c Completion) Arm() { c.arm.Swap(ArmArmed) } // a full barrier: see Producer.Publish
+
+// Disarm marks the consumer awake.
+func (c Completion) Disarm() { c.arm.Store(ArmOff) }
+
+// Wait sleeps while the doorbell stays armed.
+func (c Completion) Wait(bell Bell, timeout time.Duration) { bell.Wait(c.arm, ArmArmed, timeout) }
+
+// Signal rings the doorbell if it is armed; only the first producer of a burst wins the CAS.
+func (c Completion) Signal(bell Bell) bool {
+	if c.arm.Load() == ArmArmed && c.arm.CompareAndSwap(ArmArmed, ArmSignalled) {
+		bell.Wake(c.arm)
+		return true
+	}
+	return false
+}
+
+// Spinner spins on a condition with a time budget, yielding the processor between checks
+// so a spinning lane does not starve its peers on a small machine.
+type Spinner struct {
+	Budget time.Duration // zero: check once
+}
+
+// Until reports whether ready returned true within the budget.
+func (s Spinner) Until(ready func() bool) bool {
+	if ready() {
+		return true
+	}
+	if s.Budget <= 0 {
+		return false
+	}
+	start := time.Now()
+	for i := 1; ; i++ {
+		if i%4 == 0 {
+			runtime.Gosched()
+		}
+		if ready() {
+			return true
+		}
+		if i%16 == 0 && time.Since(start) >= s.Budget {
+			return false
+		}
+	}
+}
+
+// ErrStopped is returned by waits interrupted by a stop request.
+var ErrStopped = errors.New("knit/fastpath: stop requested")

@@ -1,0 +1,317 @@
+package fastpath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/knitgo/knit/internal/shm"
+)
+
+// Payload tags: where a slot's payload lives.
+const (
+	TagNone   uint32 = iota // no payload
+	TagHeader               // up to HeaderData bytes in the header itself
+	TagInline               // up to the inline size in the slot
+	TagArena                // in the producer's arena
+)
+
+// Slot header offsets.
+const (
+	hFn      = 0
+	hCall    = 4
+	hTag     = 8
+	hFlags   = 12
+	hOff     = 16
+	hLen     = 20
+	hAbort   = 24
+	hGen     = 28
+	hEnqueue = 32
+	hData    = 40
+)
+
+var (
+	// ErrCorrupt reports a header or payload that breaks the protocol. The peer that wrote
+	// it must be treated as broken.
+	ErrCorrupt = errors.New("knit/fastpath: corrupt slot")
+	// ErrArenaFull is backpressure: the value fits the arena but not now. Retry after the
+	// consumer retires slots.
+	ErrArenaFull = errors.New("knit/fastpath: arena full")
+	// ErrTooLarge reports a value that can never fit this ring.
+	ErrTooLarge = errors.New("knit/fastpath: payload larger than the arena")
+)
+
+// Ring is a view of one direction of a region: 32 slots, a producer word and a consumer
+// word on separate cache lines, and the producer's arena. Slot i is in flight when bit i
+// differs between the two words.
+type Ring struct {
+	ctrl, slots, arena []byte
+	inline             int
+}
+
+func (r Ring) prodWord() *atomic.Uint32 { return shm.U32(r.ctrl, 0) }
+func (r Ring) consWord() *atomic.Uint32 { return shm.U32(r.ctrl, line) }
+
+// Completion returns the ring's completion doorbell (meaningful on the return ring).
+func (r Ring) Completion() Completion { return Completion{arm: shm.U32(r.ctrl, 2*line)} }
+
+func (r Ring) slot(i int) Slot {
+	stride := HeaderBytes + r.inline
+	return Slot{b: r.slots[i*stride : (i+1)*stride : (i+1)*stride]}
+}
+
+// Slot is one slot: a 64-byte header then the inline payload area. Its accessors do plain
+// reads and writes; the ring words order them.
+type Slot struct{ b []byte }
+
+func (s Slot) u32(off int) uint32       { return binary.LittleEndian.Uint32(s.b[off:]) }
+func (s Slot) put32(off int, v uint32)  { binary.LittleEndian.PutUint32(s.b[off:], v) }
+func (s Slot) Fn() uint32               { return s.u32(hFn) }
+func (s Slot) Call() uint32             { return s.u32(hCall) }
+func (s Slot) Gen() uint32              { return s.u32(hGen) }
+func (s Slot) Flags() uint32            { return s.u32(hFlags) }
+func (s Slot) Abort() uint32            { return s.u32(hAbort) }
+func (s Slot) Enqueued() int64          { return int64(binary.LittleEndian.Uint64(s.b[hEnqueue:])) }
+func (s Slot) SetFn(v uint32)           { s.put32(hFn, v) }
+func (s Slot) SetCall(call, gen uint32) { s.put32(hCall, call); s.put32(hGen, gen) }
+func (s Slot) SetFlags(v uint32)        { s.put32(hFlags, v) }
+func (s Slot) SetAbort(v uint32)        { s.put32(hAbort, v) }
+func (s Slot) SetEnqueued(t int64)      { binary.LittleEndian.PutUint64(s.b[hEnqueue:], uint64(t)) }
+
+// Producer is the only writer of a ring's producer word and the owner of its arena. It is
+// not safe for concurrent use.
+type Producer struct {
+	r          Ring
+	prod, cons *atomic.Uint32
+	local      uint32 // the producer word as this side last stored it
+	shadow     uint32 // cached consumer word; stale only ever makes a free slot look busy
+	reserved   uint32 // slots handed out by Reserve and not yet published
+	ext        [Slots]extent
+}
+
+type extent struct{ off, n int }
+
+// Producer returns the producing side of r, starting from the words' current values.
+func (r Ring) Producer() *Producer {
+	p := &Producer{r: r, prod: r.prodWord(), cons: r.consWord()}
+	p.local = p.prod.Load()
+	p.shadow = p.cons.Load()
+	return p
+}
+
+// Reserve picks a free slot, reloading the consumer word only when the cached one shows
+// none. ok is false when all 32 slots are in flight or reserved.
+func (p *Producer) Reserve() (slot int, ok bool) {
+	free := ^(p.local ^ p.shadow) &^ p.reserved
+	if free == 0 {
+		p.shadow = p.cons.Load()
+		if free = ^(p.local ^ p.shadow) &^ p.reserved; free == 0 {
+			return -1, false
+		}
+	}
+	slot = 31 - bits.LeadingZeros32(free)
+	p.reserved |= 1 << slot
+	p.ext[slot] = extent{}
+	return slot, true
+}
+
+// Slot returns slot i for writing.
+func (p *Producer) Slot(i int) Slot { return p.r.slot(i) }
+
+// Put places an n-byte payload for slot i and returns the bytes to fill: in the header
+// (n ≤ HeaderData), inline, or in the arena. ErrArenaFull is backpressure; ErrTooLarge means
+// it can never fit.
+func (p *Producer) Put(i, n int) ([]byte, error) {
+	s := p.r.slot(i)
+	switch {
+	case n == 0:
+		s.put32(hTag, TagNone)
+		s.put32(hOff, 0)
+		s.put32(hLen, 0)
+		return nil, nil
+	case n <= HeaderData:
+		s.put32(hTag, TagHeader)
+		s.put32(hOff, 0)
+		s.put32(hLen, uint32(n))
+		return s.b[hData : hData+n : hData+n], nil
+	case n <= p.r.inline:
+		s.put32(hTag, TagInline)
+		s.put32(hOff, 0)
+		s.put32(hLen, uint32(n))
+		return s.b[HeaderBytes : HeaderBytes+n : HeaderBytes+n], nil
+	case n > len(p.r.arena):
+		return nil, fmt.Errorf("%w: %d bytes, arena holds %d", ErrTooLarge, n, len(p.r.arena))
+	}
+	off, ok := p.alloc(i, n)
+	if !ok {
+		return nil, ErrArenaFull
+	}
+	s.put32(hTag, TagArena)
+	s.put32(hOff, uint32(off))
+	s.put32(hLen, uint32(n))
+	return p.r.arena[off : off+n : off+n], nil
+}
+
+// alloc finds room for n bytes first-fit between the extents of slots still in flight. It
+// needs no atomics: only the producer allocates, and an extent is reclaimed once the
+// consumer has retired its slot.
+func (p *Producer) alloc(slot, n int) (int, bool) {
+	need := align(n)
+	for range 2 {
+		live := (p.local ^ p.shadow) | p.reserved
+		var sorted [Slots]extent
+		k := 0
+		for i := range Slots {
+			if live&(1<<i) == 0 {
+				p.ext[i] = extent{}
+				continue
+			}
+			e := p.ext[i]
+			if e.n == 0 {
+				continue
+			}
+			j := k
+			for j > 0 && sorted[j-1].off > e.off {
+				sorted[j] = sorted[j-1]
+				j--
+			}
+			sorted[j] = e
+			k++
+		}
+		pos := 0
+		for _, e := range sorted[:k] {
+			if e.off-pos >= need {
+				break
+			}
+			pos = e.off + e.n
+		}
+		if pos+need <= len(p.r.arena) {
+			p.ext[slot] = extent{off: pos, n: need}
+			return pos, true
+		}
+		p.shadow = p.cons.Load()
+	}
+	return 0, false
+}
+
+// Publish hands slot i to the consumer: one atomic store of the producer word, after the
+// plain writes of its header and payload.
+//
+// The store is a Swap: doorbells rely on a store followed by a load of the other side's
+// flag never being reordered (Dekker). amd64 compiles atomic stores to XCHG anyway, but the
+// race runtime implements them as release stores, which lets the load pass the store.
+func (p *Producer) Publish(i int) {
+	p.reserved &^= 1 << i
+	p.local ^= 1 << i
+	p.prod.Swap(p.local)
+}
+
+// Release gives back a reserved slot that will not be published, with its arena extent.
+func (p *Producer) Release(i int) {
+	p.reserved &^= 1 << i
+	p.ext[i] = extent{}
+}
+
+// Pending reports how many slots are in flight as far as the producer knows.
+func (p *Producer) Pending() int { return bits.OnesCount32(p.local ^ p.shadow) }
+
+// Drained reloads the consumer word and reports whether every published slot is retired.
+func (p *Producer) Drained() bool {
+	p.shadow = p.cons.Load()
+	return p.local == p.shadow
+}
+
+// Consumer is the only writer of a ring's consumer word. It is not safe for concurrent use.
+type Consumer struct {
+	r          Ring
+	prod, cons *atomic.Uint32
+	local      uint32
+}
+
+// Consumer returns the consuming side of r.
+func (r Ring) Consumer() *Consumer {
+	c := &Consumer{r: r, prod: r.prodWord(), cons: r.consWord()}
+	c.local = c.cons.Load()
+	return c
+}
+
+// Poll returns the mask of slots published and not yet retired: one atomic load.
+func (c *Consumer) Poll() uint32 { return c.prod.Load() ^ c.local }
+
+// Slot returns slot i for reading. Every field is hostile.
+func (c *Consumer) Slot(i int) Slot { return c.r.slot(i) }
+
+// Payload returns slot i's payload bytes, in shared memory: copy or decode them before the
+// slot is retired. A tag, offset or length outside the layout gives ErrCorrupt.
+func (c *Consumer) Payload(i int) ([]byte, error) {
+	s := c.r.slot(i)
+	tag, off, n := s.u32(hTag), s.u32(hOff), s.u32(hLen)
+	switch tag {
+	case TagNone:
+		if n == 0 {
+			return nil, nil
+		}
+	case TagHeader:
+		if n <= HeaderData {
+			return s.b[hData : hData+int(n) : hData+int(n)], nil
+		}
+	case TagInline:
+		if n <= uint32(c.r.inline) {
+			return s.b[HeaderBytes : HeaderBytes+int(n) : HeaderBytes+int(n)], nil
+		}
+	case TagArena:
+		end := uint64(off) + uint64(n)
+		if off%line == 0 && end <= uint64(len(c.r.arena)) {
+			return c.r.arena[off:end:end], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: slot %d tag %d offset %d length %d", ErrCorrupt, i, tag, off, n)
+}
+
+// Retire gives the slots in mask back to the producer: one atomic store.
+func (c *Consumer) Retire(mask uint32) {
+	c.local ^= mask
+	c.cons.Store(c.local)
+}
+
+// Bitmap is the abort bitmap: one bit per cancellable in-flight call.
+type Bitmap struct {
+	mem  []byte
+	bits int
+}
+
+// Len is the number of bits.
+func (b Bitmap) Len() int { return b.bits }
+
+func (b Bitmap) word(i int) (*atomic.Uint32, uint32, bool) {
+	if i < 0 || i >= b.bits {
+		return nil, 0, false
+	}
+	return shm.U32(b.mem, i/32*4), 1 << (i % 32), true
+}
+
+// Set raises bit i; out of range is ignored.
+func (b Bitmap) Set(i int) {
+	if w, m, ok := b.word(i); ok {
+		w.Or(m)
+	}
+}
+
+// Clear lowers bit i; out of range is ignored.
+func (b Bitmap) Clear(i int) {
+	if w, m, ok := b.word(i); ok {
+		w.And(^m)
+	}
+}
+
+// Test reports bit i; out of range reads as clear.
+func (b Bitmap) Test(i int) bool {
+	w, m, ok := b.word(i)
+	return ok && w.Load()&m != 0
+}
+
+// Peek returns the pending mask without the consumer's private state: safe for observers
+// other than the consumer, at the cost of a second atomic load.
+func (c *Consumer) Peek() uint32 { return c.prod.Load() ^ c.cons.Load() }

@@ -1,0 +1,278 @@
+package fastpath
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"testing"
+	"time"
+
+	"github.com/knitgo/knit/internal/shm"
+)
+
+// payloadFor builds message n's payload; sizes cycle through every tier.
+func payloadFor(n uint32, buf []byte) []byte {
+	sizes := [...]int{0, 8, HeaderData, HeaderData + 1, 300, DefaultInline, DefaultInline + 1, 5000}
+	size := sizes[n%uint32(len(sizes))]
+	buf = buf[:size]
+	for i := range buf {
+		buf[i] = byte(n>>(8*(i%4))) ^ byte(i)
+	}
+	return buf
+}
+
+// exactlyOnce sends count messages through l and checks each result arrives once, intact.
+func exactlyOnce(t *testing.T, l *laneUnderTest, count uint32) {
+	seen := make([]bool, count)
+	var got uint32
+	errc := make(chan error, 1)
+	go func() {
+		want := make([]byte, 0, 8192)
+		for got < count {
+			_, err := l.receive(20*time.Microsecond, func(s Slot, p []byte) error {
+				n := s.Call()
+				switch {
+				case n >= count || s.Gen() != ^n:
+					return fmt.Errorf("result for unknown call %d (gen %#x)", n, s.Gen())
+				case seen[n]:
+					return fmt.Errorf("call %d delivered twice", n)
+				case crc32.ChecksumIEEE(p) != s.Fn() || !bytes.Equal(p, payloadFor(n, want)):
+					return fmt.Errorf("call %d: payload corrupted", n)
+				}
+				seen[n] = true
+				got++
+				return nil
+			})
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	buf := make([]byte, 0, 8192)
+	for n := range count {
+		l.send(n, payloadFor(n, buf))
+	}
+	done := make(chan struct{})
+	var err error
+	go func() { err = <-errc; close(done) }()
+	l.watchdog(t, done, "exactly-once delivery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.close(t)
+}
+
+func messages(t *testing.T) uint32 {
+	if testing.Short() {
+		return 100_000
+	}
+	return 1_000_000
+}
+
+func TestExactlyOnceGoroutines(t *testing.T) {
+	exactlyOnce(t, goroutineLane(t, Layout{Arena: 64 << 10}, 20*time.Microsecond), messages(t))
+}
+
+func TestExactlyOnceProcesses(t *testing.T) {
+	exactlyOnce(t, processLane(t, Layout{Arena: 64 << 10}, 20*time.Microsecond), messages(t))
+}
+
+// noLostWake ping-pongs with spinning disabled, so both sides park on every message.
+func noLostWake(t *testing.T, l *laneUnderTest, rounds int) {
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		msg := []byte("ping")
+		for n := range rounds {
+			l.send(uint32(n), msg)
+			var k int
+			for k == 0 && err == nil {
+				k, err = l.receive(0, func(s Slot, p []byte) error {
+					if s.Call() != uint32(n) {
+						return fmt.Errorf("round %d: got result %d", n, s.Call())
+					}
+					return nil
+				})
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	l.watchdog(t, done, "park/wake ping-pong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.close(t)
+}
+
+func wakeRounds(t *testing.T) int {
+	if testing.Short() {
+		return 10_000
+	}
+	return 100_000
+}
+
+func TestNoLostWakeGoroutines(t *testing.T) {
+	noLostWake(t, goroutineLane(t, Layout{Arena: 4096}, 0), wakeRounds(t))
+}
+
+func TestNoLostWakeProcesses(t *testing.T) {
+	noLostWake(t, processLane(t, Layout{Arena: 4096}, 0), wakeRounds(t))
+}
+
+func newTestRegion(t testing.TB, l Layout) *Region {
+	r, err := NewRegion(shm.Heap(l.Size()), l, 3, 7, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRegionValidation(t *testing.T) {
+	r := newTestRegion(t, Layout{})
+	if _, err := OpenRegion(r.Bytes()); err != nil {
+		t.Fatalf("valid region refused: %v", err)
+	}
+	if r.Lane() != 3 || r.Incarnation() != 7 || r.Epoch() != 42 {
+		t.Fatalf("identity = %d/%d/%d", r.Lane(), r.Incarnation(), r.Epoch())
+	}
+	corrupt := map[string]func(b []byte){
+		"magic":   func(b []byte) { b[offMagic] ^= 1 },
+		"version": func(b []byte) { b[offVersion] = 9 },
+		"slots":   func(b []byte) { b[offSlots] = 31 },
+		"inline":  func(b []byte) { b[offInline] = 100 },
+		"stride":  func(b []byte) { b[offStride] ^= 64 },
+		"arena":   func(b []byte) { b[offArena+3] = 0x7f },
+		"abort":   func(b []byte) { b[offAbortBits+2] = 0xff },
+		"total":   func(b []byte) { b[offTotal] ^= 64 },
+		"part":    func(b []byte) { b[offParts+8] ^= 64 },
+	}
+	for name, f := range corrupt {
+		b := shm.Heap(len(r.Bytes()))
+		copy(b, r.Bytes())
+		f(b)
+		if _, err := OpenRegion(b); !errors.Is(err, ErrLayout) {
+			t.Errorf("%s corrupted: err = %v, want ErrLayout", name, err)
+		}
+	}
+	if _, err := OpenRegion(r.Bytes()[:len(r.Bytes())-64]); !errors.Is(err, ErrLayout) {
+		t.Errorf("short mapping: err = %v", err)
+	}
+	if _, err := NewRegion(shm.Heap(1<<20), Layout{Inline: 100}, 0, 0, 0); !errors.Is(err, ErrLayout) {
+		t.Errorf("bad inline size accepted: %v", err)
+	}
+}
+
+func TestFatalMessage(t *testing.T) {
+	r := newTestRegion(t, Layout{})
+	if r.Fatal() != "" || r.Boot().Load() != BootBooting {
+		t.Fatal("fresh region has a fatal message or is not booting")
+	}
+	r.SetFatal("unknown task \"x\"")
+	if r.Fatal() != "unknown task \"x\"" || r.Boot().Load() != BootFailed {
+		t.Fatalf("fatal = %q, boot = %d", r.Fatal(), r.Boot().Load())
+	}
+	long := bytes.Repeat([]byte("x"), 2*FatalBytes)
+	r.SetFatal(string(long))
+	if len(r.Fatal()) != FatalBytes {
+		t.Fatalf("fatal message not truncated to the area: %d", len(r.Fatal()))
+	}
+}
+
+func TestRingFullAndTiers(t *testing.T) {
+	r := newTestRegion(t, Layout{Arena: 4096})
+	p, c := r.Requests().Producer(), r.Requests().Consumer()
+	for i := range Slots {
+		s, ok := p.Reserve()
+		if !ok {
+			t.Fatalf("reserve %d failed with free slots", i)
+		}
+		p.Publish(s)
+	}
+	if _, ok := p.Reserve(); ok {
+		t.Fatal("reserved a 33rd slot")
+	}
+	if got := c.Poll(); got != ^uint32(0) {
+		t.Fatalf("pending = %#x, want all", got)
+	}
+	c.Retire(0b101)
+	a, ok1 := p.Reserve()
+	b, ok2 := p.Reserve()
+	if !ok1 || !ok2 || a+b != 2 {
+		t.Fatalf("after retiring slots 0 and 2 got %d,%d", a, b)
+	}
+	if _, ok := p.Reserve(); ok {
+		t.Fatal("reserved a slot that was not retired")
+	}
+	for _, tc := range []struct {
+		n   int
+		tag uint32
+	}{{0, TagNone}, {HeaderData, TagHeader}, {HeaderData + 1, TagInline}, {DefaultInline, TagInline}, {DefaultInline + 1, TagArena}} {
+		if _, err := p.Put(a, tc.n); err != nil {
+			t.Fatalf("put %d: %v", tc.n, err)
+		}
+		if got := p.Slot(a).u32(hTag); got != tc.tag {
+			t.Errorf("size %d: tag %d, want %d", tc.n, got, tc.tag)
+		}
+	}
+	if _, err := p.Put(a, 4097); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("over the arena: %v", err)
+	}
+}
+
+func TestArenaBackpressureAndReclaim(t *testing.T) {
+	r := newTestRegion(t, Layout{Arena: 4096})
+	p, c := r.Requests().Producer(), r.Requests().Consumer()
+	put := func(n int) (int, error) {
+		s, ok := p.Reserve()
+		if !ok {
+			t.Fatal("no slot")
+		}
+		if _, err := p.Put(s, n); err != nil {
+			p.Release(s)
+			return s, err
+		}
+		p.Publish(s)
+		return s, nil
+	}
+	if _, err := put(3000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(2000); !errors.Is(err, ErrArenaFull) {
+		t.Fatalf("second value: %v, want ErrArenaFull", err)
+	}
+	c.Retire(c.Poll())
+	if _, err := put(2000); err != nil {
+		t.Fatalf("after retire: %v", err)
+	}
+	if _, err := put(2000); err != nil {
+		t.Fatalf("gap after the first value: %v", err)
+	}
+}
+
+func TestBitmap(t *testing.T) {
+	b := newTestRegion(t, Layout{}).Aborts()
+	if b.Len() != DefaultAbortBits {
+		t.Fatalf("len %d", b.Len())
+	}
+	for _, i := range []int{0, 31, 32, 257} {
+		b.Set(i)
+		if !b.Test(i) {
+			t.Errorf("bit %d not set", i)
+		}
+		b.Clear(i)
+		if b.Test(i) {
+			t.Errorf("bit %d not cleared", i)
+		}
+	}
+	b.Set(258)
+	b.Set(-1)
+	if b.Test(258) || b.Test(-1) {
+		t.Error("out of range bits read as set")
+	}
+}

@@ -1,0 +1,92 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Code classifies a knit failure. The lifecycle codes match the reference implementation's
+// strings exactly.
+type Code string
+
+// Codes.
+const (
+	CodePoolClosed       Code = "POOL_CLOSED"
+	CodeTimeout          Code = "TIMEOUT"
+	CodeTaskPanic        Code = "TASK_PANIC"
+	CodeTaskError        Code = "TASK_ERROR"
+	CodePayloadTooLarge  Code = "PAYLOAD_TOO_LARGE"
+	CodeOverloaded       Code = "OVERLOADED"
+	CodeUnsupportedType  Code = "UNSUPPORTED_TYPE"
+	CodePoolUnavailable  Code = "POOL_UNAVAILABLE"
+	CodeCanceled         Code = "CANCELED"
+	CodeThreadClosed     Code = "THREAD_CLOSED"
+	CodeWorkerCrashed    Code = "WORKER_CRASHED"
+	CodeWorkerExited     Code = "WORKER_EXITED"
+	CodeStartupFailed    Code = "WORKER_STARTUP_FAILED"
+	CodeProtocolMismatch Code = "PROTOCOL_MISMATCH"
+)
+
+// Error is every failure knit reports. Two Errors match with errors.Is when their codes are
+// equal, so the sentinels below work as targets; Cause carries what lies underneath
+// (ctx.Err(), a task's own error, a panic value).
+type Error struct {
+	Code    Code
+	Lane    int    // lane index, -1 when no lane is involved
+	Task    string // task name, "" when no task is involved
+	Message string
+	Cause   error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("knit: ")
+	b.WriteString(string(e.Code))
+	if e.Task != "" {
+		fmt.Fprintf(&b, " task %q", e.Task)
+	}
+	if e.Lane >= 0 {
+		fmt.Fprintf(&b, " lane %d", e.Lane)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if e.Cause != nil && (e.Message == "" || !strings.Contains(e.Message, e.Cause.Error())) {
+		b.WriteString(": ")
+		b.WriteString(e.Cause.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Is matches any *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrPoolClosed      = sentinel(CodePoolClosed)
+	ErrTimeout         = sentinel(CodeTimeout)
+	ErrTaskPanic       = sentinel(CodeTaskPanic)
+	ErrPayloadTooLarge = sentinel(CodePayloadTooLarge)
+	ErrOverloaded      = sentinel(CodeOverloaded)
+	ErrUnsupportedType = sentinel(CodeUnsupportedType)
+	ErrPoolUnavailable = sentinel(CodePoolUnavailable)
+	ErrThreadClosed    = sentinel(CodeThreadClosed)
+	ErrWorkerCrashed   = sentinel(CodeWorkerCrashed)
+	ErrWorkerExited    = sentinel(CodeWorkerExited)
+	ErrStartupFailed   = sentinel(CodeStartupFailed)
+)
+
+func sentinel(c Code) *Error { return &Error{Code: c, Lane: -1} }
+
+// Errorf builds an Error.
+func Errorf(code Code, lane int, task string, cause error, format string, args ...any) *Error {
+	return &Error{Code: code, Lane: lane, Task: task, Cause: cause, Message: fmt.Sprintf(format, args...)}
+}
