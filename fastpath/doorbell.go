@@ -1,12 +1,12 @@
 package fastpath
 
 import (
-	"errors"
 	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/spin"
 )
 
 // Bell parks a goroutine on a 32-bit word and wakes it. Implementations may wake spuriously;
@@ -154,11 +154,15 @@ func (c Completion) Signal(bell Bell) bool {
 	return false
 }
 
-// Spinner spins on a condition with a time budget, yielding the processor between checks
-// so a spinning lane does not starve its peers on a small machine.
+// Spinner spins on a condition with a time budget. Between polls it issues a CPU pause;
+// every yieldEvery polls it checks the clock and yields the processor, so a spinner does
+// not starve runnable goroutines on a small machine (runtime.Gosched takes the scheduler's
+// global lock, so yielding on every poll would cost more than the wait).
 type Spinner struct {
-	Budget time.Duration // zero: check once
+	Budget time.Duration // zero or less: check once
 }
+
+const yieldEvery = 64
 
 // Until reports whether ready returned true within the budget.
 func (s Spinner) Until(ready func() bool) bool {
@@ -170,17 +174,15 @@ func (s Spinner) Until(ready func() bool) bool {
 	}
 	start := time.Now()
 	for i := 1; ; i++ {
-		if i%4 == 0 {
-			runtime.Gosched()
-		}
+		spin.Pause()
 		if ready() {
 			return true
 		}
-		if i%16 == 0 && time.Since(start) >= s.Budget {
-			return false
+		if i%yieldEvery == 0 {
+			if time.Since(start) >= s.Budget {
+				return false
+			}
+			runtime.Gosched()
 		}
 	}
 }
-
-// ErrStopped is returned by waits interrupted by a stop request.
-var ErrStopped = errors.New("knit/fastpath: stop requested")

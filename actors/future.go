@@ -1,0 +1,77 @@
+package actors
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// Future is the result of a call started with Go. It settles once; Wait and Done may be
+// used from many goroutines.
+type Future[Out any] struct {
+	done   chan struct{}
+	out    Out
+	err    error
+	mu     sync.Mutex // orders the context hook's registration before its use
+	stop   func() bool
+	cancel context.CancelFunc
+	count  *atomic.Int64 // the pool's count of unsettled futures
+}
+
+// NewFuture returns an unsettled Future.
+func NewFuture[Out any]() *Future[Out] { return &Future[Out]{done: make(chan struct{})} }
+
+// Wait blocks until the call settles and returns its result.
+func (f *Future[Out]) Wait() (Out, error) {
+	<-f.done
+	return f.out, f.err
+}
+
+// Done is closed when the call has settled.
+func (f *Future[Out]) Done() <-chan struct{} { return f.done }
+
+// Fail settles a future whose call never started.
+func (f *Future[Out]) Fail(err error) *Future[Out] {
+	f.err = err
+	close(f.done)
+	return f
+}
+
+// Attach makes r settle f. cancel, if not nil, is called when the call settles. expire, if
+// not nil, is run (holding its own reference to r) when ctx ends first.
+// count is decremented when f settles.
+func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel context.CancelFunc, expire func(), count *atomic.Int64) {
+	r.fut = f
+	f.cancel, f.count = cancel, count
+	if expire == nil {
+		return
+	}
+	r.refs.Add(1)
+	f.mu.Lock()
+	f.stop = context.AfterFunc(ctx, func() {
+		expire()
+		r.table.Release(r)
+	})
+	f.mu.Unlock()
+}
+
+// settleFuture hands the result to the future and lets go of the caller's reference (and
+// the context hook's, if the hook will never run).
+func (r *Record[In, Out]) settleFuture() {
+	f := r.fut
+	f.out, f.err = r.Out, r.Err
+	close(f.done)
+	if f.count != nil {
+		f.count.Add(-1)
+	}
+	if f.cancel != nil {
+		f.cancel()
+	}
+	f.mu.Lock()
+	stopped := f.stop != nil && f.stop()
+	f.mu.Unlock()
+	if stopped {
+		r.table.Release(r)
+	}
+	r.table.Release(r)
+}

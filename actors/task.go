@@ -1,0 +1,482 @@
+// Package actors holds knit's task actors: typed task definitions, the registry that gives
+// each a stable index and fingerprint, the codecs that carry their values across processes,
+// the typed reusable call records, and the executor that runs calls on the consumer side of
+// a lane. It never decides where a call runs or what happens when a lane dies: that is the
+// pool's and the supervisor's business.
+package actors
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options are a task's settings, fixed at definition.
+type Options struct {
+	Timeout     time.Duration // calls are settled with a timeout error after this long (0: none)
+	Default     any           // with HasDefault: resolve with this value instead of the timeout error
+	HasDefault  bool
+	HardTimeout time.Duration // an overrunning call kills its process lane (lifecycle work)
+	Idempotent  bool          // a call lost to a lane crash may run again elsewhere
+	Codec       any           // a Codec[In] or Codec[Out] replacing the chosen one
+}
+
+// Def is the type-erased face of a task that lanes and pools use.
+type Def interface {
+	Name() string
+	Index() uint32
+	Fingerprint() uint64
+	Options() *Options
+	// RunLocal runs call id of generation gen on its record (in-process lanes: the value is
+	// shared by reference, nothing is encoded).
+	RunLocal(id, gen uint32) Outcome
+	// RunEncoded decodes an input, runs the function and appends the encoded output (or the
+	// encoded error) to dst (process lanes).
+	RunEncoded(ctx context.Context, in []byte, dst []byte) ([]byte, Outcome)
+	// SettleResult settles call id of generation gen from a result slot and drops the
+	// lane's reference. local means the lane already left its result on the record;
+	// otherwise payload is decoded. An error means the result names no call of owner: the
+	// lane that wrote it is broken.
+	SettleResult(owner uint64, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error
+	// FailLane settles every call of owner that lane holds with err (unless settled
+	// already). With release it drops the lane's references; without, the records are
+	// fenced forever, because a lane that may still run could touch them. It returns how
+	// many calls it found.
+	FailLane(owner uint64, lane int32, err error, release bool) int
+}
+
+// Wrapper turns a lane's outcome into the error its caller sees.
+type Wrapper interface {
+	Wrap(t Def, o Outcome, err error) error
+}
+
+// Outcome is how a call ended on the lane.
+type Outcome uint32
+
+// Outcomes, carried in a result slot's flags.
+const (
+	OK        Outcome = iota
+	Failed            // the task returned an error
+	Panicked          // the task panicked
+	Stale             // the record was reused: nothing ran
+	BadInput          // the input did not decode
+	BadOutput         // the output did not encode
+)
+
+// PanicError is a panic caught in a task, with its stack.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n%s", e.Value, e.Stack) }
+
+var registry struct {
+	sync.RWMutex
+	byName map[string]Def
+	list   []Def
+}
+
+// Lookup returns the task registered under name.
+func Lookup(name string) (Def, bool) {
+	registry.RLock()
+	defer registry.RUnlock()
+	d, ok := registry.byName[name]
+	return d, ok
+}
+
+// ByIndex returns the task with registry index i.
+func ByIndex(i uint32) (Def, bool) {
+	registry.RLock()
+	defer registry.RUnlock()
+	if int(i) >= len(registry.list) {
+		return nil, false
+	}
+	return registry.list[i], true
+}
+
+// All returns every registered task in index order.
+func All() []Def {
+	registry.RLock()
+	defer registry.RUnlock()
+	return append([]Def(nil), registry.list...)
+}
+
+// Fingerprint identifies a task across processes: its name and the identity of its In and
+// Out types (package path and type string).
+func Fingerprint(name string, in, out reflect.Type) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s", name, in.PkgPath(), in.String(), out.PkgPath(), out.String())
+	return h.Sum64()
+}
+
+// Task is a typed task definition.
+type Task[In, Out any] struct {
+	name    string
+	index   uint32
+	fp      uint64
+	fn      func(context.Context, In) (Out, error)
+	opts    Options
+	def     Out
+	InCodec Codec[In]
+	OutCdc  Codec[Out]
+	Records Table[In, Out]
+}
+
+// Define registers a task. It panics on a duplicate name, on a type no codec carries, or on
+// an option that does not fit the task's types: these are programming errors found at init.
+func Define[In, Out any](name string, fn func(context.Context, In) (Out, error), opts Options) *Task[In, Out] {
+	if name == "" || fn == nil {
+		panic("knit: Define needs a name and a function")
+	}
+	t := &Task[In, Out]{name: name, fn: fn, opts: opts,
+		fp: Fingerprint(name, reflect.TypeFor[In](), reflect.TypeFor[Out]())}
+	if opts.HasDefault {
+		v, ok := opts.Default.(Out)
+		if !ok && opts.Default != nil {
+			panic(fmt.Sprintf("knit: task %q: TimeoutDefault value is %T, want %v", name, opts.Default, reflect.TypeFor[Out]()))
+		}
+		t.def = v
+	}
+	var err error
+	switch c := opts.Codec.(type) {
+	case nil:
+	case Codec[In]:
+		t.InCodec = c
+	case Codec[Out]:
+		t.OutCdc = c
+	default:
+		panic(fmt.Sprintf("knit: task %q: WithCodec(%T) is neither a Codec[%v] nor a Codec[%v]",
+			name, opts.Codec, reflect.TypeFor[In](), reflect.TypeFor[Out]()))
+	}
+	if t.InCodec == nil {
+		if t.InCodec, err = CodecFor[In](); err != nil {
+			panic(fmt.Sprintf("knit: task %q input: %v", name, err))
+		}
+	}
+	if t.OutCdc == nil {
+		if t.OutCdc, err = CodecFor[Out](); err != nil {
+			panic(fmt.Sprintf("knit: task %q output: %v", name, err))
+		}
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.byName == nil {
+		registry.byName = map[string]Def{}
+	}
+	if _, dup := registry.byName[name]; dup {
+		panic(fmt.Sprintf("knit: task %q is defined twice; task names must be unique", name))
+	}
+	t.index = uint32(len(registry.list))
+	registry.byName[name] = t
+	registry.list = append(registry.list, t)
+	return t
+}
+
+// Name implements Def.
+func (t *Task[In, Out]) Name() string { return t.name }
+
+// Index implements Def.
+func (t *Task[In, Out]) Index() uint32 { return t.index }
+
+// Fingerprint implements Def.
+func (t *Task[In, Out]) Fingerprint() uint64 { return t.fp }
+
+// Options implements Def.
+func (t *Task[In, Out]) Options() *Options { return &t.opts }
+
+// TimeoutValue is the TimeoutDefault value.
+func (t *Task[In, Out]) TimeoutValue() Out { return t.def }
+
+// call runs fn, turning a panic into a PanicError.
+func (t *Task[In, Out]) call(ctx context.Context, in In) (out Out, err error, panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			err, panicked = &PanicError{Value: v, Stack: debug.Stack()}, true
+		}
+	}()
+	out, err = t.fn(ctx, in)
+	return out, err, false
+}
+
+// RunLocal implements Def.
+func (t *Task[In, Out]) RunLocal(id, gen uint32) Outcome {
+	r := t.Records.Get(id)
+	if r == nil || r.Gen.Load() != gen || r.ctx == nil {
+		return Stale
+	}
+	if err := r.ctx.Err(); err != nil { // the caller gave up before the call started
+		r.LaneErr = err
+		return Failed
+	}
+	var panicked bool
+	r.LaneOut, r.LaneErr, panicked = t.call(r.ctx, r.In)
+	switch {
+	case panicked:
+		return Panicked
+	case r.LaneErr != nil:
+		return Failed
+	}
+	return OK
+}
+
+// RunEncoded implements Def.
+func (t *Task[In, Out]) RunEncoded(ctx context.Context, in []byte, dst []byte) ([]byte, Outcome) {
+	v, err := t.InCodec.Decode(in)
+	if err != nil {
+		return EncodeWireError(dst, "", err.Error()), BadInput
+	}
+	out, err, panicked := t.call(ctx, v)
+	switch {
+	case panicked:
+		return EncodeWireError(dst, "", err.Error()), Panicked
+	case err != nil:
+		return EncodeWireError(dst, codeOf(err), err.Error()), Failed
+	}
+	res, err := t.OutCdc.Append(dst, out)
+	if err != nil {
+		return EncodeWireError(dst[:0], "", err.Error()), BadOutput
+	}
+	return res, OK
+}
+
+// Coded is an error that carries a knit code across processes.
+type Coded interface{ KnitCode() string }
+
+func codeOf(err error) string {
+	if c, ok := err.(Coded); ok {
+		return c.KnitCode()
+	}
+	return ""
+}
+
+// Record is one call in flight: typed, reused, found by index from a slot. The caller and
+// the dispatch side (backlog, then lane) each hold a reference; the record returns to the
+// free list when both let go, so a lane never touches a record handed to another call.
+type Record[In, Out any] struct {
+	ID    uint32
+	Gen   atomic.Uint32 // bumped at every reuse; a slot naming an older generation is stale
+	Lane  atomic.Int32  // lane holding the call, -1 while in the backlog
+	state atomic.Uint32
+	refs  atomic.Int32
+	owner atomic.Uint64 // the pool that issued the call
+	ctx   context.Context
+	In    In
+	// Written by the lane (in-process) or the result decoder, read by the settle winner.
+	LaneOut Out
+	LaneErr error
+	// Written by the settle winner, read by the caller after Done.
+	Out   Out
+	Err   error
+	done  chan struct{}
+	fut   *Future[Out]
+	table *Table[In, Out]
+	next  *Record[In, Out]
+}
+
+// Record states.
+const (
+	stateFree uint32 = iota
+	statePending
+	stateSettling
+	stateSettled
+)
+
+// Start prepares a fresh record for a call with two references (caller and dispatch).
+func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
+	r.ctx, r.In = ctx, in
+	r.owner.Store(owner)
+	r.Lane.Store(-1)
+	r.refs.Store(2)
+	r.state.Store(statePending)
+}
+
+// Ctx is the caller's context.
+func (r *Record[In, Out]) Ctx() context.Context { return r.ctx }
+
+// Pending reports whether the call is still unsettled.
+func (r *Record[In, Out]) Pending() bool { return r.state.Load() == statePending }
+
+// SettleLane ends the call with the lane's result (LaneOut, and err for a failed call). Only
+// the first settle of a call wins; it reports whether this one did.
+func (r *Record[In, Out]) SettleLane(err error) bool {
+	if !r.state.CompareAndSwap(statePending, stateSettling) {
+		return false
+	}
+	r.Out, r.Err = r.LaneOut, err
+	r.settled()
+	return true
+}
+
+// Resolve ends the call with v.
+func (r *Record[In, Out]) Resolve(v Out) bool {
+	if !r.state.CompareAndSwap(statePending, stateSettling) {
+		return false
+	}
+	r.Out = v
+	r.settled()
+	return true
+}
+
+// Fail ends the call with err.
+func (r *Record[In, Out]) Fail(err error) bool {
+	if !r.state.CompareAndSwap(statePending, stateSettling) {
+		return false
+	}
+	r.Err = err
+	r.settled()
+	return true
+}
+
+func (r *Record[In, Out]) settled() {
+	r.state.Store(stateSettled)
+	if r.fut != nil {
+		r.settleFuture()
+		return
+	}
+	r.done <- struct{}{}
+}
+
+// Done receives one token when the call settles; the caller takes it before Release.
+func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
+
+// Table holds a task's records: chunked so that a record never moves and lookups by index
+// take no lock.
+type Table[In, Out any] struct {
+	mu     sync.Mutex
+	free   *Record[In, Out]
+	n      uint32
+	chunks [maxChunks]atomic.Pointer[[chunkSize]Record[In, Out]]
+}
+
+const (
+	chunkBits = 10
+	chunkSize = 1 << chunkBits
+	maxChunks = 1 << 12 // 4 M records per task
+)
+
+// Get returns record id, or nil when id names none (a hostile or stale index).
+func (t *Table[In, Out]) Get(id uint32) *Record[In, Out] {
+	c := id >> chunkBits
+	if c >= maxChunks {
+		return nil
+	}
+	chunk := t.chunks[c].Load()
+	if chunk == nil {
+		return nil
+	}
+	r := &chunk[id&(chunkSize-1)]
+	if r.done == nil {
+		return nil
+	}
+	return r
+}
+
+// Alloc takes a free record.
+func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.free; r != nil {
+		t.free, r.next = r.next, nil
+		return r, nil
+	}
+	if t.n >= maxChunks*chunkSize {
+		return nil, fmt.Errorf("knit: more than %d calls in flight on one task", maxChunks*chunkSize)
+	}
+	c := t.n >> chunkBits
+	chunk := t.chunks[c].Load()
+	if chunk == nil {
+		chunk = new([chunkSize]Record[In, Out])
+		t.chunks[c].Store(chunk)
+	}
+	r := &chunk[t.n&(chunkSize-1)]
+	r.ID, r.done, r.table = t.n, make(chan struct{}, 1), t
+	t.n++
+	return r, nil
+}
+
+// Release drops one reference; the last one returns the record to the free list.
+func (t *Table[In, Out]) Release(r *Record[In, Out]) {
+	if r.refs.Add(-1) != 0 {
+		return
+	}
+	var zeroIn In
+	var zeroOut Out
+	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil
+	r.owner.Store(0)
+	r.Gen.Add(1)
+	r.state.Store(stateFree)
+	t.mu.Lock()
+	r.next, t.free = t.free, r
+	t.mu.Unlock()
+}
+
+// Held calls f for every record of owner that lane still holds (queue closure when a lane
+// dies). The caller must make sure the lane's results are no longer being drained.
+func (t *Table[In, Out]) Held(owner uint64, lane int32, f func(r *Record[In, Out])) {
+	t.mu.Lock()
+	n := t.n
+	t.mu.Unlock()
+	for id := range n {
+		if r := t.Get(id); r != nil && r.Lane.Load() == lane && r.owner.Load() == owner {
+			f(r)
+		}
+	}
+}
+
+// SettleResult implements Def.
+func (t *Task[In, Out]) SettleResult(owner uint64, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error {
+	r := t.Records.Get(id)
+	if r == nil || r.Gen.Load() != gen || r.owner.Load() != owner || r.Lane.Load() < 0 {
+		return fmt.Errorf("result for unknown call %d/%d of task %q", id, gen, t.name)
+	}
+	// A call that failed after its context ended is settled by the caller's context
+	// (timeout rules, TimeoutDefault), which is certain to fire.
+	if r.Pending() && (o == OK || r.ctx.Err() == nil) {
+		var err error
+		switch {
+		case o == OK && !local:
+			if r.LaneOut, err = t.OutCdc.Decode(payload); err != nil {
+				err = w.Wrap(t, BadOutput, err)
+			}
+		case o == OK:
+		case local:
+			err = w.Wrap(t, o, r.LaneErr)
+		default:
+			we, derr := DecodeWireError(payload)
+			if derr != nil {
+				err = w.Wrap(t, BadOutput, derr)
+			} else {
+				err = w.Wrap(t, o, we)
+			}
+		}
+		r.SettleLane(err)
+	}
+	r.Lane.Store(-1)
+	t.Records.Release(r)
+	return nil
+}
+
+// FailLane implements Def.
+func (t *Task[In, Out]) FailLane(owner uint64, lane int32, err error, release bool) int {
+	n := 0
+	t.Records.Held(owner, lane, func(r *Record[In, Out]) {
+		r.Fail(err)
+		n++
+		if release {
+			r.Lane.Store(-1)
+			t.Records.Release(r)
+		} else {
+			r.Lane.Store(fenced)
+		}
+	})
+	return n
+}
+
+// fenced marks a record held by an abandoned lane: it is never reused.
+const fenced = -2

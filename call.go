@@ -1,0 +1,174 @@
+package knit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/internal/spin"
+)
+
+// Future is the pending result of a call started with Task.Go.
+type Future[Out any] = actors.Future[Out]
+
+// errTaskTimeout is the cancellation cause of a task's own Timeout.
+var errTaskTimeout = errors.New("knit: task timeout")
+
+// Call runs the task on one of the pool's lanes and waits for its result. Cancelling ctx
+// settles the call at once with an error wrapping ctx.Err() and cancels the task's context.
+func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
+	var zero Out
+	ctx, cancel, err := t.prepare(ctx, p)
+	if err != nil {
+		return zero, err
+	}
+	if cancel != nil {
+		defer cancel()
+	}
+	r, err := t.def.Records.Alloc()
+	if err != nil {
+		return zero, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+	}
+	r.Start(ctx, in, p.id)
+	l, err := p.dispatch(ctx, call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane})
+	if err != nil {
+		t.abandon(r)
+		return t.failure(ctx, err)
+	}
+	if spin := p.cfg.CallerSpin; spin > 0 && r.Pending() {
+		t.spin(ctx, l, r, spin)
+	}
+	if done := ctx.Done(); done != nil && r.Pending() {
+		l.needReaper()
+		select {
+		case <-r.Done():
+		case <-done:
+			t.expire(ctx, r)
+			<-r.Done()
+		}
+		l.doneWaiting()
+	} else {
+		if r.Pending() {
+			l.needReaper()
+			defer l.doneWaiting()
+		}
+		<-r.Done()
+	}
+	out, err := r.Out, r.Err
+	t.def.Records.Release(r)
+	return out, err
+}
+
+// Go starts the task on one of the pool's lanes and returns its Future at once.
+func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
+	f := actors.NewFuture[Out]()
+	ctx, cancel, err := t.prepare(ctx, p)
+	if err != nil {
+		return f.Fail(err)
+	}
+	r, err := t.def.Records.Alloc()
+	if err != nil {
+		if cancel != nil {
+			cancel()
+		}
+		return f.Fail(&Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err})
+	}
+	r.Start(ctx, in, p.id)
+	var expire func()
+	if ctx.Done() != nil {
+		expire = func() { t.expire(ctx, r) }
+	}
+	if p.futures.Add(1) == 1 {
+		p.wakeReapers()
+	}
+	r.Attach(f, ctx, cancel, expire, &p.futures)
+	if _, err := p.dispatch(ctx, call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane}); err != nil {
+		_, err = t.failure(ctx, err)
+		r.Fail(err)
+		t.def.Records.Release(r) // the dispatch reference; the future let go of its own
+	}
+	return f
+}
+
+// prepare checks the pool and the context, and applies the task's Timeout.
+func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, context.CancelFunc, error) {
+	switch {
+	case p == nil:
+		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
+	case p.closing.Load():
+		return ctx, nil, &Error{Code: CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
+	case int(t.def.Index()) >= len(p.byIndex) || p.byIndex[t.def.Index()] == nil:
+		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
+	}
+	if ctx.Err() != nil {
+		return ctx, nil, ctxError(ctx, t.def)
+	}
+	if d := t.def.Options().Timeout; d > 0 {
+		ctx, cancel := context.WithTimeoutCause(ctx, d, errTaskTimeout)
+		return ctx, cancel, nil
+	}
+	return ctx, nil, nil
+}
+
+// spin waits up to budget for the call to settle, draining the lane's results itself so a
+// quick result costs no wake-up on either side.
+func (t *Task[In, Out]) spin(ctx context.Context, l *lane, r *actors.Record[In, Out], budget time.Duration) {
+	var start time.Time
+	done := ctx.Done()
+	for i := 1; r.Pending(); i++ {
+		spin.Pause()
+		if i%64 != 0 {
+			continue
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > budget {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// expire settles a call whose context ended before its result came.
+func (t *Task[In, Out]) expire(ctx context.Context, r *actors.Record[In, Out]) {
+	if context.Cause(ctx) == errTaskTimeout && t.def.Options().HasDefault {
+		r.Resolve(t.def.TimeoutValue())
+		return
+	}
+	_, err := t.failure(ctx, ctx.Err())
+	r.Fail(err)
+}
+
+// failure maps an error met before or while waiting, applying the task's timeout rules.
+func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
+	if context.Cause(ctx) == errTaskTimeout {
+		o := t.def.Options()
+		if o.HasDefault {
+			return t.def.TimeoutValue(), nil
+		}
+		return t.def.TimeoutValue(), &Error{Code: CodeTimeout, Lane: -1, Task: t.def.Name(),
+			Message: fmt.Sprintf("no result within %v", o.Timeout), Cause: context.DeadlineExceeded}
+	}
+	var zero Out
+	var ke *Error
+	if errors.As(err, &ke) {
+		return zero, err
+	}
+	return zero, ctxError(ctx, t.def)
+}
+
+// abandon drops both references of a record whose call was never dispatched.
+func (t *Task[In, Out]) abandon(r *actors.Record[In, Out]) {
+	r.Fail(nil)
+	<-r.Done()
+	t.def.Records.Release(r)
+	t.def.Records.Release(r)
+}

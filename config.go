@@ -1,0 +1,96 @@
+package knit
+
+import (
+	"runtime"
+	"time"
+)
+
+// Runtime says what a lane is.
+type Runtime int
+
+// Runtimes.
+const (
+	Goroutine Runtime = iota // a goroutine in the host process (default)
+	Process                  // a child OS process of the same binary, or Config.Process.Command
+)
+
+func (r Runtime) String() string {
+	if r == Process {
+		return "process"
+	}
+	return "goroutine"
+}
+
+// Balancer picks the lane for a call.
+type Balancer int
+
+// Balancers.
+const (
+	RoundRobin        Balancer = iota // each call to the next live lane (default)
+	FirstIdle                         // the first lane with nothing in flight, else round-robin
+	Random                            // a live lane at random
+	FirstIdleOrRandom                 // the first idle lane, else a random one
+)
+
+// Payload sets the sizes of the fast path.
+type Payload struct {
+	Inline  int // bytes carried inside a slot; a multiple of 64 (default 512)
+	Arena   int // payload arena per direction and lane; a multiple of 64 (default 4 MiB)
+	MaxCall int // largest encoded value a call may carry (default: the arena size)
+}
+
+// Config configures a pool. The zero value is a pool of GOMAXPROCS goroutine lanes.
+type Config struct {
+	// Lanes is the number of lanes (default runtime.GOMAXPROCS(0)).
+	Lanes int
+	// Runtime is Goroutine (default) or Process.
+	Runtime Runtime
+	// Balancer picks a lane per call (default RoundRobin).
+	Balancer Balancer
+	// Backlog bounds the calls a lane holds beyond its 32 slots (default 4096).
+	Backlog int
+	// BlockWhenFull makes a call wait, within its context, for room in a full backlog;
+	// by default it fails at once with ErrOverloaded.
+	BlockWhenFull bool
+	// LaneSpin is how long an idle lane polls for work before parking. Zero means none:
+	// a parked goroutine lane is woken through the Go scheduler on the caller's own core,
+	// which on small machines beats a spinner on another core (docs/benchmarks.md).
+	LaneSpin time.Duration
+	// CallerSpin is how long a caller polls for its result before parking (zero: none).
+	CallerSpin time.Duration
+	// Payload sets the fast path's sizes.
+	Payload Payload
+	// PanicCrashesLane makes a panicking task crash its lane instead of failing only its
+	// call with ErrTaskPanic.
+	PanicCrashesLane bool
+	// StopAckTimeout is how long Close waits for a lane to acknowledge its stop request
+	// (default 50ms).
+	StopAckTimeout time.Duration
+}
+
+const (
+	defaultBacklog = 4096
+	defaultStopAck = 50 * time.Millisecond
+)
+
+func (c Config) withDefaults() Config {
+	if c.Lanes <= 0 {
+		c.Lanes = runtime.GOMAXPROCS(0)
+	}
+	if c.Backlog <= 0 {
+		c.Backlog = defaultBacklog
+	}
+	if c.StopAckTimeout <= 0 {
+		c.StopAckTimeout = defaultStopAck
+	}
+	if c.Payload.Inline == 0 {
+		c.Payload.Inline = 512
+	}
+	if c.Payload.Arena == 0 {
+		c.Payload.Arena = 4 << 20
+	}
+	if c.Payload.MaxCall <= 0 || c.Payload.MaxCall > c.Payload.Arena {
+		c.Payload.MaxCall = c.Payload.Arena
+	}
+	return c
+}

@@ -1,0 +1,139 @@
+// Package knit runs typed task actors on supervised worker lanes. A lane is a goroutine in
+// the host process or a separate OS process; calls and results move between host and lane
+// through a shared-memory fast path (slot rings and doorbells), never through actor
+// mailboxes.
+//
+// Define tasks once, at package level, so that the host and every process lane build the
+// same registry during init:
+//
+//	var Add = knit.Define("add", func(ctx context.Context, in [2]int64) (int64, error) {
+//		return in[0] + in[1], nil
+//	})
+//
+//	func main() {
+//		knit.Main()
+//		pool, err := knit.NewPool(knit.Config{Lanes: 4}, Add)
+//		...
+//		sum, err := Add.Call(ctx, pool, [2]int64{1, 2})
+//	}
+//
+// Every failure is a *Error with a Code; errors.Is(err, knit.ErrTimeout) and friends work.
+package knit
+
+import (
+	"context"
+	"time"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/lifecycle"
+)
+
+// Error is every failure knit reports: a Code, the lane and task involved, a message and
+// the Cause underneath. errors.Is matches Errors by code, so the sentinels below work as
+// targets.
+type Error = lifecycle.Error
+
+// Code classifies an Error.
+type Code = lifecycle.Code
+
+// Codes.
+const (
+	CodePoolClosed      = lifecycle.CodePoolClosed
+	CodeTimeout         = lifecycle.CodeTimeout
+	CodeTaskPanic       = lifecycle.CodeTaskPanic
+	CodeTaskError       = lifecycle.CodeTaskError
+	CodePayloadTooLarge = lifecycle.CodePayloadTooLarge
+	CodeOverloaded      = lifecycle.CodeOverloaded
+	CodeUnsupportedType = lifecycle.CodeUnsupportedType
+	CodePoolUnavailable = lifecycle.CodePoolUnavailable
+	CodeCanceled        = lifecycle.CodeCanceled
+	CodeThreadClosed    = lifecycle.CodeThreadClosed
+	CodeWorkerCrashed   = lifecycle.CodeWorkerCrashed
+	CodeWorkerExited    = lifecycle.CodeWorkerExited
+	CodeStartupFailed   = lifecycle.CodeStartupFailed
+)
+
+// Sentinels for errors.Is.
+var (
+	ErrPoolClosed          = lifecycle.ErrPoolClosed
+	ErrTimeout             = lifecycle.ErrTimeout
+	ErrTaskPanic           = lifecycle.ErrTaskPanic
+	ErrPayloadTooLarge     = lifecycle.ErrPayloadTooLarge
+	ErrOverloaded          = lifecycle.ErrOverloaded
+	ErrUnsupportedType     = lifecycle.ErrUnsupportedType
+	ErrPoolUnavailable     = lifecycle.ErrPoolUnavailable
+	ErrThreadClosed        = lifecycle.ErrThreadClosed
+	ErrWorkerCrashed       = lifecycle.ErrWorkerCrashed
+	ErrWorkerExited        = lifecycle.ErrWorkerExited
+	ErrWorkerStartupFailed = lifecycle.ErrStartupFailed
+)
+
+// Codec encodes and decodes one type for process lanes. Decode gets hostile bytes.
+type Codec[T any] = actors.Codec[T]
+
+// Task is a typed task definition made by Define.
+type Task[In, Out any] struct {
+	def *actors.Task[In, Out]
+}
+
+// TaskOption configures a task at Define.
+type TaskOption func(*actors.Options)
+
+// Timeout settles a call with ErrTimeout when it has not finished after d (time in the
+// backlog counts). The task's context is cancelled at the same moment.
+func Timeout(d time.Duration) TaskOption {
+	return func(o *actors.Options) { o.Timeout = d }
+}
+
+// TimeoutDefault resolves a call with v, and no error, when it has not finished after d.
+// v must be assignable to the task's Out type (checked at Define).
+func TimeoutDefault(d time.Duration, v any) TaskOption {
+	return func(o *actors.Options) { o.Timeout, o.Default, o.HasDefault = d, v, true }
+}
+
+// HardTimeout kills and restarts a process lane whose call overruns d. Goroutines cannot be
+// killed: on goroutine lanes it acts as Timeout.
+func HardTimeout(d time.Duration) TaskOption {
+	return func(o *actors.Options) { o.HardTimeout = d }
+}
+
+// Idempotent marks a task whose calls may run again on another lane when the lane that
+// held them dies.
+func Idempotent() TaskOption {
+	return func(o *actors.Options) { o.Idempotent = true }
+}
+
+// WithCodec replaces the codec knit chose for the task's input (a Codec[In]) or output (a
+// Codec[Out]).
+func WithCodec(c any) TaskOption {
+	return func(o *actors.Options) { o.Codec = c }
+}
+
+// Define registers a task under a unique name. Call it at package level: host and process
+// lanes must define the same tasks. It panics on a duplicate name, on an In or Out type no
+// codec can carry, and on options that do not fit the task's types.
+func Define[In, Out any](name string, fn func(context.Context, In) (Out, error), opts ...TaskOption) *Task[In, Out] {
+	var o actors.Options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Task[In, Out]{def: actors.Define(name, fn, o)}
+}
+
+// Name returns the task's name.
+func (t *Task[In, Out]) Name() string { return t.def.Name() }
+
+// Fingerprint identifies the task's name and In/Out types; host and process lanes compare
+// fingerprints at boot.
+func (t *Task[In, Out]) Fingerprint() uint64 { return t.def.Fingerprint() }
+
+// definition lets NewPool take tasks of any type.
+type definition interface{ actorsDef() actors.Def }
+
+func (t *Task[In, Out]) actorsDef() actors.Def { return t.def }
+
+// Main must be the first statement of main (and of TestMain in tests that use process
+// lanes). In the host it returns at once.
+func Main() {}
+
+var _ = context.Background

@@ -1,0 +1,370 @@
+package knit
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/shm"
+)
+
+// Lane states.
+const (
+	laneReady int32 = iota
+	laneStopping
+	laneEnded
+)
+
+// call is a call waiting in a lane's backlog for a free slot.
+type call struct {
+	def     actors.Def
+	id, gen uint32
+	lane    *atomic.Int32 // the record's lane field, set when the lane takes the call
+}
+
+// lane is the host side of one lane: the producer of its request ring (under mu, shared by
+// every caller), the consumer of its return ring (one drainer at a time: callers waiting
+// for results and the lane's reaper goroutine take turns), the backlog, and accounting.
+type lane struct {
+	p      *Pool
+	idx    int
+	region *fastpath.Region
+
+	mu      sync.Mutex
+	state   atomic.Int32
+	req     *fastpath.Producer
+	backlog []call // FIFO ring of calls beyond the 32 slots
+	head, n int
+	space   chan struct{} // closed when the backlog frees room (BlockWhenFull)
+	queued  atomic.Int32  // len(backlog), readable without mu
+
+	ret      *fastpath.Consumer
+	draining atomic.Bool
+	fenced   atomic.Bool // the return ring is never read again
+
+	wake     *fastpath.Wake
+	laneBell fastpath.Bell
+	done     fastpath.Completion
+	doneBell fastpath.Bell
+	reaper   bool         // results are drained by a reaper goroutine (process lanes)
+	waiters  atomic.Int32 // calls whose settlement is up to the reaper
+	kick     chan struct{}
+
+	inflight atomic.Int32
+
+	ended   chan struct{} // closed once the lane has ended and its calls are settled
+	endErr  *Error
+	reaped  chan struct{}
+	exitErr error // what the lane's goroutine returned
+}
+
+func newLane(p *Pool, idx int) (*lane, error) {
+	cfg := p.cfg
+	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: 64, AbortBits: fastpath.DefaultAbortBits}
+	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, uint32(idx), 0, p.epoch.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	l := &lane{
+		p: p, idx: idx, region: region,
+		req: region.Requests().Producer(), ret: region.Returns().Consumer(),
+		backlog:  make([]call, cfg.Backlog),
+		wake:     region.LaneWake(),
+		laneBell: fastpath.NewChanBell(),
+		done:     region.Returns().Completion(),
+		doneBell: fastpath.NewChanBell(),
+		kick:     make(chan struct{}, 1),
+		ended:    make(chan struct{}),
+		reaped:   make(chan struct{}),
+		space:    make(chan struct{}),
+	}
+	return l, nil
+}
+
+// start runs the lane's executor in a goroutine, and its reaper.
+func (l *lane) start() {
+	exec := &actors.Executor{
+		Region: l.region, Lane: l.laneBell, Drain: l.drain,
+		Spin: l.p.cfg.LaneSpin, Local: true, Tasks: l.p.byIndex,
+	}
+	go func() {
+		returned := false
+		defer func() {
+			if !returned { // runtime.Goexit in a task
+				l.exitErr = errGoexit
+			}
+			l.end()
+		}()
+		l.exitErr = exec.Run()
+		returned = true
+	}()
+	close(l.reaped) // an in-process lane drains its own results: no reaper
+}
+
+var errGoexit = errors.New("lane goroutine exited (runtime.Goexit in a task)")
+
+// submit publishes c on this lane, or queues it in the backlog. It fails when the lane is
+// not ready (the caller picks another) or its backlog is full.
+func (l *lane) submit(c call) (queued bool, err error) {
+	l.mu.Lock()
+	if l.state.Load() != laneReady {
+		l.mu.Unlock()
+		return false, errLaneGone
+	}
+	if l.n == 0 {
+		if slot, ok := l.req.Reserve(); ok {
+			l.accept(c)
+			l.publish(slot, c)
+			l.mu.Unlock()
+			l.wake.Ring(l.laneBell)
+			return false, nil
+		}
+	}
+	if l.n == len(l.backlog) {
+		space := l.space
+		l.mu.Unlock()
+		return false, &backlogFull{space: space}
+	}
+	l.accept(c)
+	l.backlog[(l.head+l.n)%len(l.backlog)] = c
+	l.n++
+	l.queued.Store(int32(l.n))
+	l.mu.Unlock()
+	l.wake.Ring(l.laneBell)
+	return true, nil
+}
+
+// accept counts c as held by this lane; called with mu held, before c is published, so a
+// lane that ends finds every call it held.
+func (l *lane) accept(c call) {
+	c.lane.Store(int32(l.idx))
+	l.inflight.Add(1)
+	l.p.inflight.Add(1)
+}
+
+var errLaneGone = errors.New("lane not ready")
+
+// backlogFull carries the channel that is closed when the backlog has room again.
+type backlogFull struct{ space chan struct{} }
+
+func (*backlogFull) Error() string { return "backlog full" }
+
+// publish writes c into a reserved slot and publishes it. Goroutine lanes carry no payload:
+// the value stays on the call's record. Called with mu held.
+func (l *lane) publish(slot int, c call) {
+	s := l.req.Slot(slot)
+	s.SetFn(c.def.Index())
+	s.SetCall(c.id, c.gen)
+	_, _ = l.req.Put(slot, 0)
+	l.req.Publish(slot)
+}
+
+// flush moves backlog calls into free slots.
+func (l *lane) flush() {
+	l.mu.Lock()
+	moved := 0
+	for l.n > 0 {
+		slot, ok := l.req.Reserve()
+		if !ok {
+			break
+		}
+		l.publish(slot, l.backlog[l.head])
+		l.backlog[l.head] = call{}
+		l.head = (l.head + 1) % len(l.backlog)
+		l.n--
+		moved++
+	}
+	l.queued.Store(int32(l.n))
+	if moved > 0 && l.p.cfg.BlockWhenFull {
+		close(l.space)
+		l.space = make(chan struct{})
+	}
+	l.mu.Unlock()
+	if moved > 0 {
+		l.wake.Ring(l.laneBell)
+	}
+}
+
+// drain settles every result waiting on the return ring, unless someone else is draining.
+// After letting go it looks again: a result published while it held the lock, whose
+// producer found the lock taken, is then still drained.
+func (l *lane) drain() {
+	for l.ret.Peek() != 0 {
+		if !l.draining.CompareAndSwap(false, true) {
+			return
+		}
+		if l.fenced.Load() {
+			l.draining.Store(false)
+			return
+		}
+		pending := l.ret.Poll()
+		var bad error
+		for m := pending; m != 0; m &= m - 1 {
+			if err := l.settle(bits.TrailingZeros32(m)); err != nil {
+				bad = err
+				break
+			}
+		}
+		l.ret.Retire(pending)
+		l.draining.Store(false)
+		if bad != nil {
+			l.corrupt(bad)
+			return
+		}
+		if l.queued.Load() > 0 {
+			l.flush()
+		}
+	}
+}
+
+func (l *lane) settle(i int) error {
+	s := l.ret.Slot(i)
+	fn := s.Fn()
+	if int(fn) >= len(l.p.byIndex) || l.p.byIndex[fn] == nil {
+		return fmt.Errorf("%w: result for function %d", fastpath.ErrCorrupt, fn)
+	}
+	o := actors.Outcome(s.Flags())
+	payload, err := l.ret.Payload(i)
+	if err != nil {
+		return err
+	}
+	if err := l.p.byIndex[fn].SettleResult(l.p.id, s.Call(), s.Gen(), o, payload, true, l); err != nil {
+		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
+	}
+	l.inflight.Add(-1)
+	l.p.callDone()
+	return nil
+}
+
+// Wrap implements actors.Wrapper: a lane's outcome as the caller's error.
+func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
+	var ke *Error
+	switch {
+	case o == actors.Panicked:
+		return &Error{Code: CodeTaskPanic, Lane: l.idx, Task: t.Name(), Cause: err}
+	case o == actors.Failed && errors.As(err, &ke):
+		return err
+	case o == actors.Failed:
+		return &Error{Code: CodeTaskError, Lane: l.idx, Task: t.Name(), Cause: err}
+	}
+	return &Error{Code: CodeWorkerCrashed, Lane: l.idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
+}
+
+// reap drains results for callers that are not spinning: parked callers and futures. It
+// sleeps on the completion doorbell only while someone needs it, so a caller that catches
+// its own result costs the lane no wake-up.
+func (l *lane) reap() {
+	defer close(l.reaped)
+	for {
+		l.drain()
+		select {
+		case <-l.ended:
+			return
+		default:
+		}
+		if l.waiters.Load() == 0 && l.p.futures.Load() == 0 && !l.p.closing.Load() {
+			select {
+			case <-l.kick:
+			case <-l.ended:
+				return
+			}
+			continue
+		}
+		l.done.Arm()
+		if l.ret.Poll() == 0 {
+			l.done.Wait(l.doneBell, 0)
+		}
+		l.done.Disarm()
+	}
+}
+
+// needReaper registers a caller that will block until the reaper settles its call.
+// In-process lanes need none: they drain their own results.
+func (l *lane) needReaper() {
+	if l.reaper && l.waiters.Add(1) == 1 {
+		l.wakeReaper()
+	}
+}
+
+func (l *lane) doneWaiting() {
+	if l.reaper {
+		l.waiters.Add(-1)
+	}
+}
+
+func (l *lane) wakeReaper() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	l.doneBell.Wake(l.done.Word())
+}
+
+// end runs once the lane's goroutine has returned: it classifies the end, fences the
+// rings and settles every call the lane held.
+func (l *lane) end() {
+	stopping := l.state.Load() == laneStopping
+	var e *Error
+	switch {
+	case stopping && l.exitErr == nil:
+		e = &Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane stopped"}
+	case stopping:
+		e = &Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane stopped", Cause: l.exitErr}
+	case errors.Is(l.exitErr, errGoexit):
+		e = &Error{Code: CodeWorkerExited, Lane: l.idx, Message: l.exitErr.Error()}
+	case l.exitErr != nil:
+		e = &Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "lane failed", Cause: l.exitErr}
+	default:
+		e = &Error{Code: CodeWorkerExited, Lane: l.idx, Message: "lane returned without a stop request"}
+	}
+	l.close(e, true)
+}
+
+// close fences the lane and settles what it held with e. release is false for a lane whose
+// goroutine may still run (abandoned): its records are never reused.
+func (l *lane) close(e *Error, release bool) {
+	l.mu.Lock()
+	if l.state.Swap(laneEnded) == laneEnded {
+		l.mu.Unlock()
+		return
+	}
+	l.endErr = e
+	l.n, l.head = 0, 0
+	l.queued.Store(0)
+	close(l.space)
+	l.mu.Unlock()
+	for !l.draining.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	if release { // the lane is gone: what it published before it ended still counts
+		pending := l.ret.Poll()
+		for m := pending; m != 0; m &= m - 1 {
+			if l.settle(bits.TrailingZeros32(m)) != nil {
+				break
+			}
+		}
+		l.ret.Retire(pending)
+	}
+	l.fenced.Store(true)
+	l.draining.Store(false)
+	held := 0
+	for _, d := range l.p.defs {
+		held += d.FailLane(l.p.id, int32(l.idx), e, release)
+	}
+	l.inflight.Add(int32(-held))
+	for range held {
+		l.p.callDone()
+	}
+	close(l.ended)
+	l.p.laneEnded(l)
+}
+
+// corrupt kills a lane whose return ring broke the protocol.
+func (l *lane) corrupt(err error) {
+	l.close(&Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "corrupt return ring", Cause: err}, false)
+}

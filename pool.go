@@ -1,0 +1,268 @@
+package knit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/knitgo/knit/actors"
+)
+
+// Pool runs tasks on lanes. Make one with NewPool; it is safe for concurrent use.
+type Pool struct {
+	cfg     Config
+	id      uint64
+	epoch   time.Time
+	lanes   []*lane
+	defs    []actors.Def // the pool's tasks
+	byIndex []actors.Def // registry index → task, nil for tasks not in the pool
+	rr      atomic.Uint32
+
+	futures  atomic.Int64 // unsettled futures: lanes' reapers must drain for them
+	closing  atomic.Bool
+	inflight atomic.Int64
+	drained  chan struct{} // closed when closing and nothing is in flight
+	drainMu  sync.Once
+
+	closeOnce sync.Once
+	closeDone chan struct{}
+	closeErr  error
+	live      atomic.Int32
+}
+
+var poolIDs atomic.Uint64
+
+// Definition is a task that NewPool accepts: a *Task of any type.
+type Definition interface{ actorsDef() actors.Def }
+
+// laneEnv marks a process started as a lane; NewPool refuses to run there.
+const laneEnv = "KNIT_LANE"
+
+// NewPool starts a pool serving tasks.
+func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
+	if os.Getenv(laneEnv) != "" {
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
+			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
+	}
+	if cfg.Runtime == Process {
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "process lanes are not available yet"}
+	}
+	if len(tasks) == 0 {
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+	}
+	cfg = cfg.withDefaults()
+	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
+		drained: make(chan struct{}), closeDone: make(chan struct{})}
+	all := actors.All()
+	p.byIndex = make([]actors.Def, len(all))
+	for _, t := range tasks {
+		d := t.actorsDef()
+		if p.byIndex[d.Index()] == nil {
+			p.byIndex[d.Index()] = d
+			p.defs = append(p.defs, d)
+		}
+	}
+	for i := range cfg.Lanes {
+		l, err := newLane(p, i)
+		if err != nil {
+			return nil, err
+		}
+		p.lanes = append(p.lanes, l)
+	}
+	p.live.Store(int32(len(p.lanes)))
+	for _, l := range p.lanes {
+		l.start()
+	}
+	return p, nil
+}
+
+// pick chooses a ready lane for a call.
+func (p *Pool) pick() *lane {
+	n := len(p.lanes)
+	switch p.cfg.Balancer {
+	case FirstIdle, FirstIdleOrRandom:
+		for _, l := range p.lanes {
+			if l.inflight.Load() == 0 && l.state.Load() == laneReady {
+				return l
+			}
+		}
+	}
+	start := 0
+	if p.cfg.Balancer == Random || p.cfg.Balancer == FirstIdleOrRandom {
+		start = rand.N(n)
+	} else {
+		start = int(p.rr.Add(1)) % n
+	}
+	for k := range n {
+		if l := p.lanes[(start+k)%n]; l.state.Load() == laneReady {
+			return l
+		}
+	}
+	return nil
+}
+
+// dispatch hands a call to a lane and returns the lane it went to.
+func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
+	for {
+		if p.closing.Load() {
+			return nil, errClosed
+		}
+		l := p.pick()
+		if l == nil {
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: "no live lane"}
+		}
+		_, err := l.submit(c)
+		if err == nil {
+			return l, nil
+		}
+		full, isFull := err.(*backlogFull)
+		switch {
+		case err == errLaneGone:
+			continue
+		case isFull && p.cfg.BlockWhenFull:
+			select {
+			case <-full.space:
+				continue
+			case <-ctx.Done():
+				return nil, ctxError(ctx, c.def)
+			}
+		default:
+			return nil, &Error{Code: CodeOverloaded, Lane: l.idx, Task: c.def.Name(),
+				Message: fmt.Sprintf("lane backlog of %d calls is full", p.cfg.Backlog)}
+		}
+	}
+}
+
+var errClosed = &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed"}
+
+// ctxError is the error of a call whose caller's context ended.
+func ctxError(ctx context.Context, d actors.Def) error {
+	err := ctx.Err()
+	code := CodeCanceled
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = CodeTimeout
+	}
+	return &Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
+}
+
+// callDone accounts for a settled call; while closing, the last one opens Close's drain wait.
+func (p *Pool) callDone() {
+	if p.inflight.Add(-1) == 0 && p.closing.Load() {
+		p.drainMu.Do(func() { close(p.drained) })
+	}
+}
+
+func (p *Pool) wakeReapers() {
+	for _, l := range p.lanes {
+		l.wakeReaper()
+	}
+}
+
+// laneEnded is told when a lane has ended and settled its calls.
+func (p *Pool) laneEnded(*lane) { p.live.Add(-1) }
+
+// Close stops taking calls (they fail with ErrPoolClosed), lets calls in flight finish
+// within ctx, then stops the lanes in reverse start order. Calls still held when ctx ends
+// or when a lane is stopped settle with THREAD_CLOSED. Close is idempotent and safe to call
+// from many goroutines; every call returns the same error, which names lanes that did not
+// acknowledge their stop request.
+func (p *Pool) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		defer close(p.closeDone)
+		p.closing.Store(true)
+		p.wakeReapers()
+		if p.inflight.Load() == 0 {
+			p.drainMu.Do(func() { close(p.drained) })
+		}
+		select {
+		case <-p.drained:
+		case <-ctx.Done():
+		}
+		var abandoned []string
+		for i := len(p.lanes) - 1; i >= 0; i-- {
+			if !p.lanes[i].stop() {
+				abandoned = append(abandoned, fmt.Sprint(i))
+			}
+		}
+		for _, l := range p.lanes {
+			l.wakeReaper()
+			<-l.reaped
+		}
+		if len(abandoned) > 0 {
+			p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
+				Message: "lanes did not acknowledge their stop request and were abandoned: " + strings.Join(abandoned, ", ")}
+		}
+	})
+	<-p.closeDone
+	return p.closeErr
+}
+
+// stop asks the lane to stop and waits StopAckTimeout for it to end. A goroutine lane that
+// does not end in time is abandoned: its rings are fenced and its calls settled. It
+// reports whether the lane ended by itself.
+func (l *lane) stop() bool {
+	l.mu.Lock()
+	if l.state.Load() == laneEnded {
+		l.mu.Unlock()
+		return true
+	}
+	l.state.Store(laneStopping)
+	l.mu.Unlock()
+	l.region.Stop().Store(1)
+	l.wake.Force(l.laneBell)
+	t := time.NewTimer(l.p.cfg.StopAckTimeout)
+	defer t.Stop()
+	select {
+	case <-l.ended:
+		return true
+	case <-t.C:
+	}
+	l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
+	return false
+}
+
+// LaneStats describes one lane.
+type LaneStats struct {
+	Lane      int
+	State     string
+	InFlight  int // calls on the lane, including its backlog
+	Queued    int // calls in its backlog
+	Completed uint64
+	Failed    uint64
+}
+
+// Stats describes a pool.
+type Stats struct {
+	Runtime Runtime
+	Lanes   []LaneStats
+	Closed  bool
+}
+
+// Stats returns a snapshot of the pool's lanes.
+func (p *Pool) Stats() Stats {
+	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load()}
+	for _, l := range p.lanes {
+		state, st := "ready", l.region.Stats()
+		l.mu.Lock()
+		endErr := l.endErr
+		l.mu.Unlock()
+		switch l.state.Load() {
+		case laneStopping:
+			state = "stopping"
+		case laneEnded:
+			state = "closed"
+			if endErr != nil && endErr.Code != CodeThreadClosed {
+				state = strings.ToLower(string(endErr.Code))
+			}
+		}
+		s.Lanes = append(s.Lanes, LaneStats{Lane: l.idx, State: state, InFlight: int(l.inflight.Load()),
+			Queued: int(l.queued.Load()), Completed: st.Completed.Load(), Failed: st.Failed.Load()})
+	}
+	return s
+}

@@ -1,0 +1,428 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/knitgo/knit"
+)
+
+func TestMain(m *testing.M) {
+	knit.Main()
+	goleak.VerifyTestMain(m)
+}
+
+var (
+	add = knit.Define("test.add", func(_ context.Context, in [2]int64) (int64, error) {
+		return in[0] + in[1], nil
+	})
+	echo = knit.Define("test.echo", func(_ context.Context, in []byte) ([]byte, error) { return in, nil })
+	fail = knit.Define("test.fail", func(_ context.Context, msg string) (int, error) {
+		return 0, errors.New(msg)
+	})
+	boom = knit.Define("test.panic", func(_ context.Context, msg string) (int, error) { panic(msg) })
+
+	// block waits for a gate: it tells started, then returns when the gate opens or its
+	// context ends (reporting which on ended).
+	block = knit.Define("test.block", func(ctx context.Context, g *gate) (string, error) {
+		g.started <- struct{}{}
+		select {
+		case <-g.open:
+			return "opened", nil
+		case <-ctx.Done():
+			g.ended <- ctx.Err()
+			return "", ctx.Err()
+		}
+	})
+	blockTimeout = knit.Define("test.block.timeout", func(ctx context.Context, g *gate) (string, error) {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}, knit.Timeout(time.Millisecond))
+	blockDefault = knit.Define("test.block.default", func(ctx context.Context, g *gate) (string, error) {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}, knit.TimeoutDefault(time.Millisecond, "fallback"))
+	goexit = knit.Define("test.goexit", func(context.Context, int) (int, error) {
+		runtime.Goexit()
+		return 0, nil
+	})
+)
+
+// gate lets a test hold a task inside a lane.
+type gate struct {
+	started chan struct{}
+	open    chan struct{}
+	ended   chan error
+}
+
+func newGate() *gate {
+	return &gate{started: make(chan struct{}, 64), open: make(chan struct{}), ended: make(chan error, 64)}
+}
+
+func newPool(t testing.TB, cfg knit.Config) *knit.Pool {
+	t.Helper()
+	p, err := knit.NewPool(cfg, add, echo, fail, boom, block, blockTimeout, blockDefault, goexit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+func TestCall(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 2})
+	ctx := context.Background()
+	sum, err := add.Call(ctx, p, [2]int64{40, 2})
+	if err != nil || sum != 42 {
+		t.Fatalf("add = %d, %v", sum, err)
+	}
+	b, err := echo.Call(ctx, p, []byte("hello"))
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("echo = %q, %v", b, err)
+	}
+	f := add.Go(ctx, p, [2]int64{1, 2})
+	<-f.Done()
+	if v, err := f.Wait(); err != nil || v != 3 {
+		t.Fatalf("future = %d, %v", v, err)
+	}
+}
+
+func TestTaskError(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	_, err := fail.Call(context.Background(), p, "bad input")
+	var ke *knit.Error
+	if !errors.As(err, &ke) || ke.Code != knit.CodeTaskError || ke.Task != "test.fail" || !strings.Contains(err.Error(), "bad input") {
+		t.Fatalf("err = %#v", err)
+	}
+}
+
+func TestPanicRejectsCallLaneLives(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	_, err := boom.Call(context.Background(), p, "kaboom")
+	if !errors.Is(err, knit.ErrTaskPanic) {
+		t.Fatalf("err = %v, want ErrTaskPanic", err)
+	}
+	if !strings.Contains(err.Error(), "kaboom") || !strings.Contains(err.Error(), "goroutine") {
+		t.Fatalf("panic error lacks the value or the stack: %v", err)
+	}
+	if sum, err := add.Call(context.Background(), p, [2]int64{1, 1}); err != nil || sum != 2 {
+		t.Fatalf("lane did not keep serving: %d, %v", sum, err)
+	}
+	if s := p.Stats(); s.Lanes[0].State != "ready" || s.Lanes[0].Failed != 1 {
+		t.Fatalf("stats after panic: %+v", s.Lanes[0])
+	}
+}
+
+func TestManyCalls(t *testing.T) {
+	calls := 1_000_000
+	if testing.Short() {
+		calls = 100_000
+	}
+	const workers = 64
+	p := newPool(t, knit.Config{Lanes: 4})
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < calls; i += workers {
+				sum, err := add.Call(context.Background(), p, [2]int64{int64(i), int64(w)})
+				if err != nil || sum != int64(i+w) {
+					errc <- fmt.Errorf("call %d: %d, %v", i, sum, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	var done uint64
+	for _, l := range p.Stats().Lanes {
+		done += l.Completed
+	}
+	if done != uint64(calls) {
+		t.Fatalf("lanes completed %d calls, want %d", done, calls)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	g := newGate()
+	ctx, cancel := context.WithCancel(context.Background())
+	f := block.Go(ctx, p, g)
+	<-g.started
+	cancel()
+	_, err := f.Wait()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want one wrapping context.Canceled", err)
+	}
+	if taskErr := <-g.ended; !errors.Is(taskErr, context.Canceled) {
+		t.Fatalf("task context ended with %v", taskErr)
+	}
+	// The same through Call.
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { <-g.started; cancel() }()
+	if _, err := block.Call(ctx, p, g); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Call err = %v", err)
+	}
+	<-g.ended
+}
+
+func TestDeadline(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	g := newGate()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	_, err := block.Call(ctx, p, g)
+	if !errors.Is(err, knit.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrTimeout wrapping DeadlineExceeded", err)
+	}
+	<-g.ended
+}
+
+func TestTaskTimeout(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	_, err := blockTimeout.Call(context.Background(), p, newGate())
+	if !errors.Is(err, knit.ErrTimeout) {
+		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	v, err := blockDefault.Call(context.Background(), p, newGate())
+	if err != nil || v != "fallback" {
+		t.Fatalf("TimeoutDefault gave %q, %v", v, err)
+	}
+	v, err = blockDefault.Go(context.Background(), p, newGate()).Wait()
+	if err != nil || v != "fallback" {
+		t.Fatalf("TimeoutDefault future gave %q, %v", v, err)
+	}
+}
+
+// occupy holds the only lane of p in a blocked call and fills its 32 slots.
+func occupy(t *testing.T, p *knit.Pool, g *gate) []*knit.Future[string] {
+	futs := []*knit.Future[string]{block.Go(context.Background(), p, g)}
+	<-g.started
+	for range 32 {
+		futs = append(futs, block.Go(context.Background(), p, g))
+	}
+	return futs
+}
+
+func TestOverload(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1, Backlog: 2})
+	g := newGate()
+	futs := occupy(t, p, g)
+	futs = append(futs, block.Go(context.Background(), p, g), block.Go(context.Background(), p, g))
+	_, err := block.Call(context.Background(), p, g)
+	if !errors.Is(err, knit.ErrOverloaded) {
+		t.Fatalf("err = %v, want ErrOverloaded", err)
+	}
+	close(g.open)
+	for i, f := range futs {
+		if v, err := f.Wait(); err != nil || v != "opened" {
+			t.Fatalf("call %d: %q, %v", i, v, err)
+		}
+	}
+}
+
+func TestBlockWhenFull(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1, Backlog: 1, BlockWhenFull: true})
+	g := newGate()
+	futs := occupy(t, p, g)
+	futs = append(futs, block.Go(context.Background(), p, g))
+	// The next call waits for room; its context ending first gives up the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if _, err := block.Call(ctx, p, g); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("blocked call: %v", err)
+	}
+	// A call blocked for room goes in once the lane makes progress.
+	late := make(chan *knit.Future[string])
+	go func() { late <- block.Go(context.Background(), p, g) }()
+	close(g.open)
+	for i, f := range append(futs, <-late) {
+		if v, err := f.Wait(); err != nil || v != "opened" {
+			t.Fatalf("call %d: %q, %v", i, v, err)
+		}
+	}
+}
+
+func TestCloseWhileInFlight(t *testing.T) {
+	// Lanes 0 and 1 hold the blocked calls; first-idle sends probes to lane 2.
+	p, err := knit.NewPool(knit.Config{Lanes: 3, Balancer: knit.FirstIdle}, block, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	futs := []*knit.Future[string]{block.Go(context.Background(), p, g), block.Go(context.Background(), p, g)}
+	<-g.started
+	<-g.started
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	// Once Close has begun, new calls are refused while the two in flight carry on.
+	for {
+		_, err := add.Call(context.Background(), p, [2]int64{})
+		if errors.Is(err, knit.ErrPoolClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	close(g.open)
+	for _, f := range futs {
+		if v, err := f.Wait(); err != nil || v != "opened" {
+			t.Fatalf("in-flight call: %q, %v", v, err)
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestCloseAbandonsStuckLane(t *testing.T) {
+	p, err := knit.NewPool(knit.Config{Lanes: 2, StopAckTimeout: time.Millisecond}, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	stuck := block.Go(context.Background(), p, g)
+	<-g.started
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // do not wait for the call to finish
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = p.Close(ctx) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if !errors.Is(err, knit.ErrThreadClosed) || !strings.Contains(err.Error(), "abandoned") {
+			t.Fatalf("Close = %v, want THREAD_CLOSED naming the abandoned lane", err)
+		}
+	}
+	if _, err := stuck.Wait(); !errors.Is(err, knit.ErrThreadClosed) {
+		t.Fatalf("held call settled with %v, want THREAD_CLOSED", err)
+	}
+	close(g.open) // let the abandoned goroutine finish so nothing leaks
+}
+
+func TestGoexitEndsLane(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	_, err := goexit.Call(context.Background(), p, 1)
+	if !errors.Is(err, knit.ErrWorkerExited) {
+		t.Fatalf("err = %v, want WORKER_EXITED", err)
+	}
+	if _, err := add.Call(context.Background(), p, [2]int64{}); !errors.Is(err, knit.ErrPoolUnavailable) {
+		t.Fatalf("call on a pool with no live lane: %v, want ErrPoolUnavailable", err)
+	}
+	if s := p.Stats().Lanes[0].State; s != "worker_exited" {
+		t.Fatalf("lane state %q", s)
+	}
+}
+
+func TestBalancers(t *testing.T) {
+	for _, b := range []knit.Balancer{knit.RoundRobin, knit.FirstIdle, knit.Random, knit.FirstIdleOrRandom} {
+		p := newPool(t, knit.Config{Lanes: 3, Balancer: b})
+		for i := range 300 {
+			if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || sum != int64(i+1) {
+				t.Fatalf("balancer %d call %d: %d, %v", b, i, sum, err)
+			}
+		}
+		lanes := p.Stats().Lanes
+		switch b {
+		case knit.RoundRobin:
+			for _, l := range lanes {
+				if l.Completed != 100 {
+					t.Errorf("round-robin: lane %d ran %d calls, want 100", l.Lane, l.Completed)
+				}
+			}
+		case knit.FirstIdle:
+			if lanes[0].Completed != 300 {
+				t.Errorf("first-idle with one call at a time: lane 0 ran %d, want 300", lanes[0].Completed)
+			}
+		}
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	if _, err := knit.NewPool(knit.Config{}); err == nil {
+		t.Error("NewPool with no tasks succeeded")
+	}
+	p := newPool(t, knit.Config{Lanes: 1})
+	other := knit.Define("test.unserved", func(context.Context, int) (int, error) { return 0, nil })
+	if _, err := other.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrPoolUnavailable) {
+		t.Errorf("task not in the pool: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := add.Call(ctx, p, [2]int64{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: %v", err)
+	}
+	_ = p.Close(context.Background())
+	if _, err := add.Call(context.Background(), p, [2]int64{}); !errors.Is(err, knit.ErrPoolClosed) {
+		t.Errorf("closed pool: %v", err)
+	}
+	if _, err := add.Go(context.Background(), p, [2]int64{}).Wait(); !errors.Is(err, knit.ErrPoolClosed) {
+		t.Errorf("closed pool, Go: %v", err)
+	}
+}
+
+func TestDefinePanics(t *testing.T) {
+	mustPanic := func(name, want string, f func()) {
+		t.Helper()
+		defer func() {
+			v := recover()
+			if v == nil || !strings.Contains(fmt.Sprint(v), want) {
+				t.Errorf("%s: panic %v, want one mentioning %q", name, v, want)
+			}
+		}()
+		f()
+	}
+	mustPanic("duplicate", "defined twice", func() {
+		knit.Define("test.add", func(context.Context, int) (int, error) { return 0, nil })
+	})
+	mustPanic("unsupported", "chan int", func() {
+		knit.Define("test.chan", func(context.Context, chan int) (int, error) { return 0, nil })
+	})
+	mustPanic("default type", "TimeoutDefault", func() {
+		knit.Define("test.baddefault", func(context.Context, int) (int, error) { return 0, nil },
+			knit.TimeoutDefault(time.Second, "not an int"))
+	})
+}
+
+func TestScalarCallDoesNotAllocate(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("allocation counts are only meaningful without -race and -cover")
+	}
+	p := newPool(t, knit.Config{Lanes: 1})
+	ctx := context.Background()
+	var failures atomic.Int32
+	allocs := testing.AllocsPerRun(10_000, func() {
+		if _, err := add.Call(ctx, p, [2]int64{1, 2}); err != nil {
+			failures.Add(1)
+		}
+	})
+	if failures.Load() != 0 || allocs != 0 {
+		t.Fatalf("%v allocs per scalar call (%d failures), want 0", allocs, failures.Load())
+	}
+}

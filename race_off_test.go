@@ -1,0 +1,5 @@
+//go:build !race
+
+package knit_test
+
+const raceEnabled = false
