@@ -33,7 +33,12 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		return zero, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 	}
 	r.Start(ctx, in, p.id)
-	l, err := p.dispatch(ctx, call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane})
+	c, err := t.newCall(ctx, p, r)
+	if err != nil {
+		t.abandon(r)
+		return zero, err
+	}
+	l, err := p.dispatch(ctx, c)
 	if err != nil {
 		t.abandon(r)
 		return t.failure(ctx, err)
@@ -46,7 +51,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		select {
 		case <-r.Done():
 		case <-done:
-			t.expire(ctx, r)
+			t.expire(ctx, p, r)
 			<-r.Done()
 		}
 		l.doneWaiting()
@@ -77,15 +82,23 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		return f.Fail(&Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err})
 	}
 	r.Start(ctx, in, p.id)
+	c, err := t.newCall(ctx, p, r)
+	if err != nil {
+		t.abandon(r)
+		if cancel != nil {
+			cancel()
+		}
+		return f.Fail(err)
+	}
 	var expire func()
 	if ctx.Done() != nil {
-		expire = func() { t.expire(ctx, r) }
+		expire = func() { t.expire(ctx, p, r) }
 	}
 	if p.futures.Add(1) == 1 {
 		p.wakeReapers()
 	}
 	r.Attach(f, ctx, cancel, expire, &p.futures)
-	if _, err := p.dispatch(ctx, call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane}); err != nil {
+	if _, err := p.dispatch(ctx, c); err != nil {
 		_, err = t.failure(ctx, err)
 		r.Fail(err)
 		t.def.Records.Release(r) // the dispatch reference; the future let go of its own
@@ -137,14 +150,37 @@ func (t *Task[In, Out]) spin(ctx context.Context, l *lane, r *actors.Record[In, 
 	}
 }
 
-// expire settles a call whose context ended before its result came.
-func (t *Task[In, Out]) expire(ctx context.Context, r *actors.Record[In, Out]) {
+// newCall describes a started record for dispatch; process pools encode the input now,
+// refusing a value over the per-call maximum before anything is published.
+func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (call, error) {
+	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, cancellable: ctx.Done() != nil}
+	if p.cfg.Runtime != Process {
+		return c, nil
+	}
+	var err error
+	if r.Enc, err = t.def.InCodec.Append(r.Enc[:0], r.In); err != nil {
+		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
+	}
+	if len(r.Enc) > p.cfg.Payload.MaxCall {
+		return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
+			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
+	}
+	c.payload = r.Enc
+	return c, nil
+}
+
+// expire settles a call whose context ended before its result came, and asks a process
+// lane to interrupt it.
+func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In, Out]) {
 	if context.Cause(ctx) == errTaskTimeout && t.def.Options().HasDefault {
 		r.Resolve(t.def.TimeoutValue())
-		return
+	} else {
+		_, err := t.failure(ctx, ctx.Err())
+		r.Fail(err)
 	}
-	_, err := t.failure(ctx, ctx.Err())
-	r.Fail(err)
+	if lane := r.Lane.Load(); lane >= 0 && int(lane) < len(p.lanes) && p.lanes[lane].proc != nil {
+		p.lanes[lane].raiseAbort(r.Abort.Load(), r.ID)
+	}
 }
 
 // failure maps an error met before or while waiting, applying the task's timeout rules.

@@ -3,6 +3,8 @@ package knit
 import (
 	"runtime"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Runtime says what a lane is.
@@ -66,11 +68,46 @@ type Config struct {
 	// StopAckTimeout is how long Close waits for a lane to acknowledge its stop request
 	// (default 50ms).
 	StopAckTimeout time.Duration
+	// KillGrace is how long a process lane that ignored its stop request has between
+	// SIGTERM and SIGKILL (default 1s).
+	KillGrace time.Duration
+	// StartupTimeout bounds a process lane's boot, from spawn to ready (default 10s).
+	StartupTimeout time.Duration
+	// Process configures process lanes.
+	Process ProcessConfig
+	// Logger receives knit's logs and the output of process lanes (default: warnings and
+	// lane output to stderr).
+	Logger *zap.Logger
+}
+
+// SharedMemoryMode says how a process lane receives its region.
+type SharedMemoryMode int
+
+// Shared-memory modes.
+const (
+	Inherit SharedMemoryMode = iota // a memfd passed as an inherited descriptor (default)
+	Named                           // a private named mapping (O_EXCL, 0600), unlinked once opened
+)
+
+// ProcessConfig configures process lanes.
+type ProcessConfig struct {
+	// Command is the lane binary and its arguments; its main must call knit.Main first
+	// and define the same tasks. Default: this executable (os.Executable), no arguments.
+	Command []string
+	// Prefix wraps the command, e.g. {"nice", "-n", "10"}, {"prlimit", "--as=1000000000"}
+	// or a bwrap/systemd-run invocation.
+	Prefix []string
+	// Env lists what the lane's scrubbed environment carries besides KNIT_* variables:
+	// "NAME" copies NAME from the host, "NAME=value" sets it.
+	Env []string
+	// SharedMemory is Inherit (default) or Named, for wrappers that close inherited fds.
+	SharedMemory SharedMemoryMode
 }
 
 const (
-	defaultBacklog = 4096
-	defaultStopAck = 50 * time.Millisecond
+	defaultBacklog     = 4096
+	defaultStopAck     = 50 * time.Millisecond
+	defaultProcessSpin = 50 * time.Microsecond
 )
 
 func (c Config) withDefaults() Config {
@@ -82,6 +119,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StopAckTimeout <= 0 {
 		c.StopAckTimeout = defaultStopAck
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = time.Second
+	}
+	if c.StartupTimeout <= 0 {
+		c.StartupTimeout = 10 * time.Second
+	}
+	if c.Runtime == Process && c.LaneSpin == 0 {
+		c.LaneSpin = defaultProcessSpin
 	}
 	if c.Payload.Inline == 0 {
 		c.Payload.Inline = 512

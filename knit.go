@@ -22,6 +22,7 @@ package knit
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/knitgo/knit/actors"
@@ -58,6 +59,7 @@ var (
 	ErrPoolClosed          = lifecycle.ErrPoolClosed
 	ErrTimeout             = lifecycle.ErrTimeout
 	ErrTaskPanic           = lifecycle.ErrTaskPanic
+	ErrTaskError           = lifecycle.ErrTaskError
 	ErrPayloadTooLarge     = lifecycle.ErrPayloadTooLarge
 	ErrOverloaded          = lifecycle.ErrOverloaded
 	ErrUnsupportedType     = lifecycle.ErrUnsupportedType
@@ -133,7 +135,10 @@ type definition interface{ actorsDef() actors.Def }
 func (t *Task[In, Out]) actorsDef() actors.Def { return t.def }
 
 // Main must be the first statement of main (and of TestMain in tests that use process
-// lanes). In the host it returns at once.
-func Main() {}
-
-var _ = context.Background
+// lanes). In a process started as a lane it serves tasks and exits; in the host it returns
+// at once.
+func Main() {
+	if lifecycle.IsLane() {
+		os.Exit(lifecycle.Serve())
+	}
+}

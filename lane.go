@@ -3,7 +3,6 @@ package knit
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
+	"github.com/knitgo/knit/lifecycle"
 )
 
 // Lane states.
@@ -22,9 +22,11 @@ const (
 
 // call is a call waiting in a lane's backlog for a free slot.
 type call struct {
-	def     actors.Def
-	id, gen uint32
-	lane    *atomic.Int32 // the record's lane field, set when the lane takes the call
+	def         actors.Def
+	id, gen     uint32
+	lane, abort *atomic.Int32 // the record's lane and abort-bit fields, set by the lane that takes it
+	payload     []byte        // the encoded input (process lanes)
+	cancellable bool          // the caller's context can end: a process lane gives it an abort bit
 }
 
 // lane is the host side of one lane: the producer of its request ring (under mu, shared by
@@ -61,36 +63,43 @@ type lane struct {
 	endErr  *Error
 	reaped  chan struct{}
 	exitErr error // what the lane's goroutine returned
+
+	proc     *procLane // nil for goroutine lanes
+	started  bool      // the lane's goroutine or process was started: it will end by itself
+	unmapped bool      // under mu: the region is gone
 }
 
-func newLane(p *Pool, idx int) (*lane, error) {
-	cfg := p.cfg
-	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: 64, AbortBits: fastpath.DefaultAbortBits}
-	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, uint32(idx), 0, p.epoch.UnixNano())
+func newLane(p *Pool, idx int) *lane {
+	return &lane{
+		p: p, idx: idx,
+		backlog: make([]call, p.cfg.Backlog),
+		kick:    make(chan struct{}, 1),
+		ended:   make(chan struct{}),
+		reaped:  make(chan struct{}),
+		space:   make(chan struct{}),
+	}
+}
+
+// start starts the lane: a goroutine running the executor, or a process (see startProcess).
+func (l *lane) start() error {
+	if l.p.cfg.Runtime == Process {
+		return l.startProcess()
+	}
+	cfg := l.p.cfg
+	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: 64, AbortBits: 1}
+	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, uint32(l.idx), 0, l.p.epoch.UnixNano())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	l := &lane{
-		p: p, idx: idx, region: region,
-		req: region.Requests().Producer(), ret: region.Returns().Consumer(),
-		backlog:  make([]call, cfg.Backlog),
-		wake:     region.LaneWake(),
-		laneBell: fastpath.NewChanBell(),
-		done:     region.Returns().Completion(),
-		doneBell: fastpath.NewChanBell(),
-		kick:     make(chan struct{}, 1),
-		ended:    make(chan struct{}),
-		reaped:   make(chan struct{}),
-		space:    make(chan struct{}),
-	}
-	return l, nil
-}
-
-// start runs the lane's executor in a goroutine, and its reaper.
-func (l *lane) start() {
+	l.region = region
+	l.req, l.ret = region.Requests().Producer(), region.Returns().Consumer()
+	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
+	l.done = region.Returns().Completion()
+	close(l.reaped) // an in-process lane drains its own results: no reaper
+	l.started = true
 	exec := &actors.Executor{
 		Region: l.region, Lane: l.laneBell, Drain: l.drain,
-		Spin: l.p.cfg.LaneSpin, Local: true, Tasks: l.p.byIndex,
+		Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex, Panic: cfg.PanicCrashesLane,
 	}
 	go func() {
 		returned := false
@@ -103,7 +112,7 @@ func (l *lane) start() {
 		l.exitErr = exec.Run()
 		returned = true
 	}()
-	close(l.reaped) // an in-process lane drains its own results: no reaper
+	return nil
 }
 
 var errGoexit = errors.New("lane goroutine exited (runtime.Goexit in a task)")
@@ -118,11 +127,15 @@ func (l *lane) submit(c call) (queued bool, err error) {
 	}
 	if l.n == 0 {
 		if slot, ok := l.req.Reserve(); ok {
-			l.accept(c)
-			l.publish(slot, c)
+			l.accept(&c)
+			if l.publish(slot, c) {
+				l.mu.Unlock()
+				l.wake.Ring(l.laneBell)
+				return false, nil
+			}
+			l.enqueue(c)
 			l.mu.Unlock()
-			l.wake.Ring(l.laneBell)
-			return false, nil
+			return true, nil
 		}
 	}
 	if l.n == len(l.backlog) {
@@ -130,19 +143,27 @@ func (l *lane) submit(c call) (queued bool, err error) {
 		l.mu.Unlock()
 		return false, &backlogFull{space: space}
 	}
-	l.accept(c)
-	l.backlog[(l.head+l.n)%len(l.backlog)] = c
-	l.n++
-	l.queued.Store(int32(l.n))
+	l.accept(&c)
+	l.enqueue(c)
 	l.mu.Unlock()
 	l.wake.Ring(l.laneBell)
 	return true, nil
 }
 
+// enqueue appends an accepted call to the backlog. Called with mu held.
+func (l *lane) enqueue(c call) {
+	l.backlog[(l.head+l.n)%len(l.backlog)] = c
+	l.n++
+	l.queued.Store(int32(l.n))
+}
+
 // accept counts c as held by this lane; called with mu held, before c is published, so a
 // lane that ends finds every call it held.
-func (l *lane) accept(c call) {
+func (l *lane) accept(c *call) {
 	c.lane.Store(int32(l.idx))
+	if l.proc != nil && c.cancellable {
+		c.abort.Store(l.proc.allocAbort(c.id))
+	}
 	l.inflight.Add(1)
 	l.p.inflight.Add(1)
 }
@@ -154,14 +175,22 @@ type backlogFull struct{ space chan struct{} }
 
 func (*backlogFull) Error() string { return "backlog full" }
 
-// publish writes c into a reserved slot and publishes it. Goroutine lanes carry no payload:
-// the value stays on the call's record. Called with mu held.
-func (l *lane) publish(slot int, c call) {
+// publish writes c into a reserved slot and publishes it; false means the arena has no room
+// for its payload now (the slot is given back and c waits in the backlog). Goroutine lanes
+// carry no payload: the value stays on the call's record. Called with mu held.
+func (l *lane) publish(slot int, c call) bool {
+	buf, err := l.req.Put(slot, len(c.payload))
+	if err != nil {
+		l.req.Release(slot)
+		return false
+	}
+	copy(buf, c.payload)
 	s := l.req.Slot(slot)
 	s.SetFn(c.def.Index())
 	s.SetCall(c.id, c.gen)
-	_, _ = l.req.Put(slot, 0)
+	s.SetAbort(uint32(c.abort.Load() + 1))
 	l.req.Publish(slot)
+	return true
 }
 
 // flush moves backlog calls into free slots.
@@ -170,10 +199,9 @@ func (l *lane) flush() {
 	moved := 0
 	for l.n > 0 {
 		slot, ok := l.req.Reserve()
-		if !ok {
+		if !ok || !l.publish(slot, l.backlog[l.head]) {
 			break
 		}
-		l.publish(slot, l.backlog[l.head])
 		l.backlog[l.head] = call{}
 		l.head = (l.head + 1) % len(l.backlog)
 		l.n--
@@ -204,8 +232,10 @@ func (l *lane) drain() {
 		}
 		pending := l.ret.Poll()
 		var bad error
-		for m := pending; m != 0; m &= m - 1 {
-			if err := l.settle(bits.TrailingZeros32(m)); err != nil {
+		for m := pending; m != 0; {
+			i := l.ret.Next(m)
+			m &^= 1 << i
+			if err := l.settle(i); err != nil {
 				bad = err
 				break
 			}
@@ -233,7 +263,12 @@ func (l *lane) settle(i int) error {
 	if err != nil {
 		return err
 	}
-	if err := l.p.byIndex[fn].SettleResult(l.p.id, s.Call(), s.Gen(), o, payload, true, l); err != nil {
+	if bit := int32(s.Abort()) - 1; bit >= 0 && l.proc != nil {
+		if err := l.freeAbort(bit, s.Call()); err != nil {
+			return err
+		}
+	}
+	if err := l.p.byIndex[fn].SettleResult(l.p.id, s.Call(), s.Gen(), o, payload, l.proc == nil, l); err != nil {
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
 	}
 	l.inflight.Add(-1)
@@ -244,7 +279,10 @@ func (l *lane) settle(i int) error {
 // Wrap implements actors.Wrapper: a lane's outcome as the caller's error.
 func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
 	var ke *Error
+	var we actors.WireError
 	switch {
+	case o == actors.Failed && errors.As(err, &we) && we.Code != "":
+		return &Error{Code: Code(we.Code), Lane: l.idx, Task: t.Name(), Message: we.Message}
 	case o == actors.Panicked:
 		return &Error{Code: CodeTaskPanic, Lane: l.idx, Task: t.Name(), Cause: err}
 	case o == actors.Failed && errors.As(err, &ke):
@@ -260,6 +298,15 @@ func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
 // its own result costs the lane no wake-up.
 func (l *lane) reap() {
 	defer close(l.reaped)
+	for l.proc != nil && !l.isReady() { // boot: the lane rings the doorbell once ready
+		select {
+		case <-l.ended:
+			return
+		default:
+		}
+		l.done.Wait(l.doneBell, 0)
+		l.checkReady()
+	}
 	for {
 		l.drain()
 		select {
@@ -283,6 +330,15 @@ func (l *lane) reap() {
 	}
 }
 
+func (l *lane) isReady() bool {
+	select {
+	case <-l.proc.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // needReaper registers a caller that will block until the reaper settles its call.
 // In-process lanes need none: they drain their own results.
 func (l *lane) needReaper() {
@@ -298,6 +354,9 @@ func (l *lane) doneWaiting() {
 }
 
 func (l *lane) wakeReaper() {
+	if !l.reaper {
+		return
+	}
 	select {
 	case l.kick <- struct{}{}:
 	default:
@@ -343,8 +402,10 @@ func (l *lane) close(e *Error, release bool) {
 	}
 	if release { // the lane is gone: what it published before it ended still counts
 		pending := l.ret.Poll()
-		for m := pending; m != 0; m &= m - 1 {
-			if l.settle(bits.TrailingZeros32(m)) != nil {
+		for m := pending; m != 0; {
+			i := l.ret.Next(m)
+			m &^= 1 << i
+			if l.settle(i) != nil {
 				break
 			}
 		}
@@ -366,5 +427,9 @@ func (l *lane) close(e *Error, release bool) {
 
 // corrupt kills a lane whose return ring broke the protocol.
 func (l *lane) corrupt(err error) {
+	if l.proc != nil {
+		l.kill(lifecycle.Exit{Corrupt: err})
+		return
+	}
 	l.close(&Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "corrupt return ring", Cause: err}, false)
 }

@@ -9,14 +9,28 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/lifecycle"
 )
+
+// defaultLogger logs warnings, and lane output, to stderr.
+func defaultLogger() *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.InfoLevel)
+	return zap.New(core).Named("knit")
+}
 
 // Pool runs tasks on lanes. Make one with NewPool; it is safe for concurrent use.
 type Pool struct {
 	cfg     Config
+	log     *zap.Logger
 	id      uint64
 	epoch   time.Time
 	lanes   []*lane
@@ -41,24 +55,21 @@ var poolIDs atomic.Uint64
 // Definition is a task that NewPool accepts: a *Task of any type.
 type Definition interface{ actorsDef() actors.Def }
 
-// laneEnv marks a process started as a lane; NewPool refuses to run there.
-const laneEnv = "KNIT_LANE"
-
 // NewPool starts a pool serving tasks.
 func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
-	if os.Getenv(laneEnv) != "" {
+	if lifecycle.IsLane() {
 		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
-	}
-	if cfg.Runtime == Process {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "process lanes are not available yet"}
 	}
 	if len(tasks) == 0 {
 		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
 	}
 	cfg = cfg.withDefaults()
-	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
+	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(), log: cfg.Logger,
 		drained: make(chan struct{}), closeDone: make(chan struct{})}
+	if p.log == nil {
+		p.log = defaultLogger()
+	}
 	all := actors.All()
 	p.byIndex = make([]actors.Def, len(all))
 	for _, t := range tasks {
@@ -69,16 +80,29 @@ func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
 		}
 	}
 	for i := range cfg.Lanes {
-		l, err := newLane(p, i)
-		if err != nil {
-			return nil, err
-		}
-		p.lanes = append(p.lanes, l)
+		p.lanes = append(p.lanes, newLane(p, i))
 	}
 	p.live.Store(int32(len(p.lanes)))
+	var failed error
 	for _, l := range p.lanes {
-		l.start()
+		if failed = l.start(); failed != nil {
+			break
+		}
 	}
+	if failed == nil && cfg.Runtime == Process {
+		for _, l := range p.lanes {
+			if l.proc != nil {
+				if failed = l.awaitReady(); failed != nil {
+					break
+				}
+			}
+		}
+	}
+	if failed != nil {
+		_ = p.Close(context.Background())
+		return nil, failed
+	}
+	p.log.Debug("pool started", zap.Int("lanes", len(p.lanes)), zap.Stringer("runtime", cfg.Runtime))
 	return p, nil
 }
 
@@ -191,40 +215,69 @@ func (p *Pool) Close(ctx context.Context) error {
 			}
 		}
 		for _, l := range p.lanes {
+			if !l.started {
+				continue
+			}
 			l.wakeReaper()
 			<-l.reaped
+			if l.proc != nil {
+				<-l.proc.exited
+			}
 		}
 		if len(abandoned) > 0 {
+			what := "abandoned"
+			if p.cfg.Runtime == Process {
+				what = "killed"
+			}
 			p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
-				Message: "lanes did not acknowledge their stop request and were abandoned: " + strings.Join(abandoned, ", ")}
+				Message: "lanes did not acknowledge their stop request and were " + what + ": " + strings.Join(abandoned, ", ")}
 		}
 	})
 	<-p.closeDone
 	return p.closeErr
 }
 
-// stop asks the lane to stop and waits StopAckTimeout for it to end. A goroutine lane that
-// does not end in time is abandoned: its rings are fenced and its calls settled. It
-// reports whether the lane ended by itself.
+// stop asks the lane to stop and waits StopAckTimeout for it to end. A process lane that
+// does not end in time gets SIGTERM, then SIGKILL after KillGrace; a goroutine lane is
+// abandoned: its rings are fenced and its calls settled. It reports whether the lane ended
+// by itself.
 func (l *lane) stop() bool {
 	l.mu.Lock()
-	if l.state.Load() == laneEnded {
+	if l.state.Load() == laneEnded || !l.started {
+		l.state.Store(laneEnded)
 		l.mu.Unlock()
 		return true
 	}
 	l.state.Store(laneStopping)
-	l.mu.Unlock()
-	l.region.Stop().Store(1)
+	l.region.Stop().Store(fastpath.StopRequested)
 	l.wake.Force(l.laneBell)
-	t := time.NewTimer(l.p.cfg.StopAckTimeout)
+	l.mu.Unlock()
+	cfg := l.p.cfg
+	if waitFor(l.ended, cfg.StopAckTimeout) {
+		return true
+	}
+	if l.proc == nil {
+		l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
+		return false
+	}
+	_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
+	if !waitFor(l.ended, cfg.KillGrace) {
+		_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
+	}
+	<-l.ended
+	return false
+}
+
+// waitFor reports whether c closed within d.
+func waitFor(c <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-l.ended:
+	case <-c:
 		return true
 	case <-t.C:
+		return false
 	}
-	l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
-	return false
 }
 
 // LaneStats describes one lane.
@@ -235,6 +288,14 @@ type LaneStats struct {
 	Queued    int // calls in its backlog
 	Completed uint64
 	Failed    uint64
+	PID       int // the lane's process (process lanes)
+}
+
+func (l *lane) pid() int {
+	if l.proc == nil {
+		return 0
+	}
+	return l.proc.pid
 }
 
 // Stats describes a pool.
@@ -248,9 +309,16 @@ type Stats struct {
 func (p *Pool) Stats() Stats {
 	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load()}
 	for _, l := range p.lanes {
-		state, st := "ready", l.region.Stats()
+		state := "ready"
+		var st fastpath.StatsSnapshot
 		l.mu.Lock()
 		endErr := l.endErr
+		switch {
+		case l.unmapped:
+			st = l.proc.final
+		case l.region != nil:
+			st = l.region.Stats().Snapshot()
+		}
 		l.mu.Unlock()
 		switch l.state.Load() {
 		case laneStopping:
@@ -262,7 +330,7 @@ func (p *Pool) Stats() Stats {
 			}
 		}
 		s.Lanes = append(s.Lanes, LaneStats{Lane: l.idx, State: state, InFlight: int(l.inflight.Load()),
-			Queued: int(l.queued.Load()), Completed: st.Completed.Load(), Failed: st.Failed.Load()})
+			Queued: int(l.queued.Load()), Completed: st.Completed, Failed: st.Failed, PID: l.pid()})
 	}
 	return s
 }

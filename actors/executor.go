@@ -3,8 +3,8 @@ package actors
 import (
 	"context"
 	"fmt"
-	"math/bits"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/knitgo/knit/fastpath"
@@ -30,11 +30,19 @@ type Executor struct {
 	Tasks []Def
 	// Stopping, if set, is called when the lane sees the stop request.
 	Stopping func()
+	// MaxCall bounds an encoded result; a larger one fails its call with
+	// PAYLOAD_TOO_LARGE (process lanes; 0: the arena size).
+	MaxCall int
+	// Context, if set, gives an encoded call its context from its abort bit (-1: none),
+	// and a function to call when the call ends.
+	Context func(abortBit int) (context.Context, func())
+	// Panic makes a task panic end Run with the *PanicError (PanicCrashesLane).
+	Panic bool
 
 	scratch []byte
 }
 
-type work struct{ fn, id, gen uint32 }
+type work struct{ fn, id, gen, abort uint32 }
 
 // Run serves calls until the host requests a stop, which it acknowledges after finishing
 // the calls it has taken. An error means the request ring broke the protocol: the lane
@@ -64,10 +72,11 @@ func (e *Executor) Run() error {
 			continue
 		}
 		n := 0
-		for m := pending; m != 0; m &= m - 1 {
-			i := bits.TrailingZeros32(m)
+		for m := pending; m != 0; {
+			i := req.Next(m)
+			m &^= 1 << i
 			s := req.Slot(i)
-			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen()}
+			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort()}
 			if !e.Local {
 				p, err := req.Payload(i)
 				if err != nil {
@@ -84,13 +93,18 @@ func (e *Executor) Run() error {
 				return fmt.Errorf("%w: function index %d of %d", fastpath.ErrCorrupt, w.fn, len(e.Tasks))
 			}
 			t := e.Tasks[w.fn]
+			if t == nil {
+				return fmt.Errorf("%w: function index %d is not served", fastpath.ErrCorrupt, w.fn)
+			}
 			var out []byte
 			var o Outcome
 			if e.Local {
 				o = t.RunLocal(w.id, w.gen)
 			} else {
-				e.scratch, o = t.RunEncoded(context.Background(), inputs[k], e.scratch[:0])
-				out = e.scratch
+				out, o = e.runEncoded(t, inputs[k], int(w.abort)-1)
+			}
+			if o == Panicked && e.Panic {
+				return e.panicOf(t, w.id, out)
 			}
 			if o == OK {
 				stats.Completed.Add(1)
@@ -102,6 +116,7 @@ func (e *Executor) Run() error {
 			rs := ret.Slot(j)
 			rs.SetFn(w.fn)
 			rs.SetCall(w.id, w.gen)
+			rs.SetAbort(w.abort)
 			rs.SetFlags(uint32(o))
 			ret.Publish(j)
 			if e.Drain != nil {
@@ -111,6 +126,35 @@ func (e *Executor) Run() error {
 			}
 		}
 	}
+}
+
+// panicOf recovers the panic of a call that is to crash the lane.
+func (e *Executor) panicOf(t Def, id uint32, out []byte) error {
+	if e.Local {
+		return t.PanicOf(id)
+	}
+	we, _ := DecodeWireError(out)
+	return &PanicError{Value: strings.TrimPrefix(we.Message, "panic: ")}
+}
+
+// runEncoded runs a call of a process lane: decode, run under the call's context, encode.
+func (e *Executor) runEncoded(t Def, in []byte, abortBit int) ([]byte, Outcome) {
+	ctx, end := context.Background(), func() {}
+	if e.Context != nil {
+		ctx, end = e.Context(abortBit)
+	}
+	out, o := t.RunEncoded(ctx, in, e.scratch[:0])
+	end()
+	e.scratch = out[:0]
+	limit := e.MaxCall
+	if limit <= 0 || limit > e.Region.Layout().Arena {
+		limit = e.Region.Layout().Arena
+	}
+	if len(out) > limit {
+		msg := fmt.Sprintf("result of %d bytes is over the %d-byte limit", len(out), limit)
+		return EncodeWireError(e.scratch[:0], "PAYLOAD_TOO_LARGE", msg), BadOutput
+	}
+	return out, o
 }
 
 // reserve waits for a return slot and room for n bytes. The host drains results

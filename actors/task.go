@@ -7,6 +7,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"reflect"
@@ -38,6 +39,8 @@ type Def interface {
 	// RunEncoded decodes an input, runs the function and appends the encoded output (or the
 	// encoded error) to dst (process lanes).
 	RunEncoded(ctx context.Context, in []byte, dst []byte) ([]byte, Outcome)
+	// PanicOf returns the *PanicError an in-process call ended with.
+	PanicOf(id uint32) error
 	// SettleResult settles call id of generation gen from a result slot and drops the
 	// lane's reference. local means the lane already left its result on the record;
 	// otherwise payload is decoded. An error means the result names no call of owner: the
@@ -225,6 +228,14 @@ func (t *Task[In, Out]) RunLocal(id, gen uint32) Outcome {
 	return OK
 }
 
+// PanicOf implements Def.
+func (t *Task[In, Out]) PanicOf(id uint32) error {
+	if r := t.Records.Get(id); r != nil {
+		return r.LaneErr
+	}
+	return &PanicError{Value: "unknown call"}
+}
+
 // RunEncoded implements Def.
 func (t *Task[In, Out]) RunEncoded(ctx context.Context, in []byte, dst []byte) ([]byte, Outcome) {
 	v, err := t.InCodec.Decode(in)
@@ -236,7 +247,8 @@ func (t *Task[In, Out]) RunEncoded(ctx context.Context, in []byte, dst []byte) (
 	case panicked:
 		return EncodeWireError(dst, "", err.Error()), Panicked
 	case err != nil:
-		return EncodeWireError(dst, codeOf(err), err.Error()), Failed
+		code, msg := wireOf(err)
+		return EncodeWireError(dst, code, msg), Failed
 	}
 	res, err := t.OutCdc.Append(dst, out)
 	if err != nil {
@@ -246,13 +258,19 @@ func (t *Task[In, Out]) RunEncoded(ctx context.Context, in []byte, dst []byte) (
 }
 
 // Coded is an error that carries a knit code across processes.
-type Coded interface{ KnitCode() string }
+type Coded interface {
+	KnitCode() string
+	KnitMessage() string
+}
 
-func codeOf(err error) string {
-	if c, ok := err.(Coded); ok {
-		return c.KnitCode()
+// wireOf is how a task's error crosses to the host: its code and message if it has a knit
+// code, else its text.
+func wireOf(err error) (code, msg string) {
+	var c Coded
+	if errors.As(err, &c) {
+		return c.KnitCode(), c.KnitMessage()
 	}
-	return ""
+	return "", err.Error()
 }
 
 // Record is one call in flight: typed, reused, found by index from a slot. The caller and
@@ -262,6 +280,8 @@ type Record[In, Out any] struct {
 	ID    uint32
 	Gen   atomic.Uint32 // bumped at every reuse; a slot naming an older generation is stale
 	Lane  atomic.Int32  // lane holding the call, -1 while in the backlog
+	Abort atomic.Int32  // the call's abort bit on its lane, -1 for none
+	Enc   []byte        // the encoded input (process lanes), reused across calls
 	state atomic.Uint32
 	refs  atomic.Int32
 	owner atomic.Uint64 // the pool that issued the call
@@ -292,6 +312,7 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 	r.ctx, r.In = ctx, in
 	r.owner.Store(owner)
 	r.Lane.Store(-1)
+	r.Abort.Store(-1)
 	r.refs.Store(2)
 	r.state.Store(statePending)
 }
@@ -409,12 +430,18 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 	var zeroOut Out
 	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil
 	r.owner.Store(0)
+	if cap(r.Enc) > maxKeptEncoding {
+		r.Enc = nil
+	}
 	r.Gen.Add(1)
 	r.state.Store(stateFree)
 	t.mu.Lock()
 	r.next, t.free = t.free, r
 	t.mu.Unlock()
 }
+
+// maxKeptEncoding bounds the encoding buffer a free record keeps for its next call.
+const maxKeptEncoding = 64 << 10
 
 // Held calls f for every record of owner that lane still holds (queue closure when a lane
 // dies). The caller must make sure the lane's results are no longer being drained.

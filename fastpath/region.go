@@ -325,3 +325,11 @@ func (r *Region) Stats() Stats {
 type Stats struct {
 	Completed, Failed, BusyNanos *atomic.Uint64
 }
+
+// StatsSnapshot is a copy of a lane's counters.
+type StatsSnapshot struct{ Completed, Failed, BusyNanos uint64 }
+
+// Snapshot copies the counters.
+func (s Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{Completed: s.Completed.Load(), Failed: s.Failed.Load(), BusyNanos: s.BusyNanos.Load()}
+}

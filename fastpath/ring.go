@@ -88,6 +88,7 @@ type Producer struct {
 	local      uint32 // the producer word as this side last stored it
 	shadow     uint32 // cached consumer word; stale only ever makes a free slot look busy
 	reserved   uint32 // slots handed out by Reserve and not yet published
+	cursor     int    // the next slot to hand out
 	ext        [Slots]extent
 }
 
@@ -101,18 +102,21 @@ func (r Ring) Producer() *Producer {
 	return p
 }
 
-// Reserve picks a free slot, reloading the consumer word only when the cached one shows
-// none. ok is false when all 32 slots are in flight or reserved.
+// Reserve hands out the next slot in cyclic order, reloading the consumer word only when
+// the cached one shows it busy. Because the consumer takes every pending slot at once and
+// walks them from where it stopped, cyclic order makes delivery FIFO. ok is false when the
+// ring is full.
 func (p *Producer) Reserve() (slot int, ok bool) {
-	free := ^(p.local ^ p.shadow) &^ p.reserved
-	if free == 0 {
+	slot = p.cursor
+	bit := uint32(1) << slot
+	if (p.local^p.shadow)&bit != 0 || p.reserved&bit != 0 {
 		p.shadow = p.cons.Load()
-		if free = ^(p.local ^ p.shadow) &^ p.reserved; free == 0 {
+		if (p.local^p.shadow)&bit != 0 || p.reserved&bit != 0 {
 			return -1, false
 		}
 	}
-	slot = 31 - bits.LeadingZeros32(free)
-	p.reserved |= 1 << slot
+	p.cursor = (slot + 1) % Slots
+	p.reserved |= bit
 	p.ext[slot] = extent{}
 	return slot, true
 }
@@ -209,9 +213,13 @@ func (p *Producer) Publish(i int) {
 }
 
 // Release gives back a reserved slot that will not be published, with its arena extent.
+// Releasing the slot reserved last makes it the next one handed out again.
 func (p *Producer) Release(i int) {
 	p.reserved &^= 1 << i
 	p.ext[i] = extent{}
+	if (i+1)%Slots == p.cursor {
+		p.cursor = i
+	}
 }
 
 // Pending reports how many slots are in flight as far as the producer knows.
@@ -228,6 +236,7 @@ type Consumer struct {
 	r          Ring
 	prod, cons *atomic.Uint32
 	local      uint32
+	cursor     int // where the next batch starts: the slot after the last one taken
 }
 
 // Consumer returns the consuming side of r.
@@ -268,6 +277,17 @@ func (c *Consumer) Payload(i int) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: slot %d tag %d offset %d length %d", ErrCorrupt, i, tag, off, n)
+}
+
+// Next returns the oldest slot in pending (a mask from Poll, with slots already handled
+// cleared), or -1 when pending is empty. Taking slots in this order delivers them FIFO.
+func (c *Consumer) Next(pending uint32) int {
+	if pending == 0 {
+		return -1
+	}
+	i := (bits.TrailingZeros32(bits.RotateLeft32(pending, -c.cursor)) + c.cursor) % Slots
+	c.cursor = (i + 1) % Slots
+	return i
 }
 
 // Retire gives the slots in mask back to the producer: one atomic store.

@@ -60,6 +60,18 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// KnitCode and KnitMessage let an Error a task returns cross a process boundary with its
+// code.
+func (e *Error) KnitCode() string { return string(e.Code) }
+
+// KnitMessage is the message that crosses with KnitCode.
+func (e *Error) KnitMessage() string {
+	if e.Cause != nil {
+		return e.Message + ": " + e.Cause.Error()
+	}
+	return e.Message
+}
+
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Cause }
 
@@ -74,6 +86,7 @@ var (
 	ErrPoolClosed      = sentinel(CodePoolClosed)
 	ErrTimeout         = sentinel(CodeTimeout)
 	ErrTaskPanic       = sentinel(CodeTaskPanic)
+	ErrTaskError       = sentinel(CodeTaskError)
 	ErrPayloadTooLarge = sentinel(CodePayloadTooLarge)
 	ErrOverloaded      = sentinel(CodeOverloaded)
 	ErrUnsupportedType = sentinel(CodeUnsupportedType)

@@ -1,0 +1,230 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/shm"
+)
+
+// Environment of a lane process.
+const (
+	EnvBoot = "KNIT_BOOT" // the boot record, JSON
+	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
+)
+
+// Inherited descriptors of a lane process (exec.Cmd.ExtraFiles start at 3).
+const (
+	FDRegion = 3 // the region's memfd (SharedMemory Inherit)
+	FDDone   = 4 // the completion doorbell's eventfd
+)
+
+// BootTask names one task the host serves, at the host's registry index.
+type BootTask struct {
+	Name        string `json:"name"`
+	Index       uint32 `json:"index"`
+	Fingerprint uint64 `json:"fp"`
+}
+
+// Boot is the record a host passes to a lane process in EnvBoot.
+type Boot struct {
+	Version     uint32     `json:"version"`
+	Lane        uint32     `json:"lane"`
+	Incarnation uint32     `json:"incarnation"`
+	Shm         string     `json:"shm,omitempty"` // a named mapping; empty: inherited fd
+	Tasks       []BootTask `json:"tasks"`
+	MaxCall     int        `json:"max_call"`
+	Spin        int64      `json:"spin_ns"`
+	Park        int64      `json:"park_ns"`
+	Epoch       int64      `json:"epoch"`
+	Debug       string     `json:"debug,omitempty"`
+	PanicCrash  bool       `json:"panic_crash,omitempty"`
+}
+
+// Exit statuses of a lane process.
+const (
+	ExitStopped  = 0  // acknowledged a stop request
+	ExitBoot     = 78 // could not boot; the reason is in the region's fatal area or on stderr
+	ExitProtocol = 79 // the host broke the protocol
+)
+
+// IsLane reports whether this process was started as a knit lane.
+func IsLane() bool { return os.Getenv(EnvLane) != "" }
+
+// Serve runs a lane process from its boot record and returns its exit status: it maps the
+// region, checks magic, version, layout and every task fingerprint, marks itself ready and
+// serves until the host asks it to stop.
+func Serve() int {
+	var b Boot
+	if err := json.Unmarshal([]byte(os.Getenv(EnvBoot)), &b); err != nil {
+		fmt.Fprintf(os.Stderr, "knit lane: bad boot record: %v\n", err)
+		return ExitBoot
+	}
+	mp, err := mapRegion(b)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
+		return ExitBoot
+	}
+	// The mapping stays until the process exits: the host unmaps its side only then.
+	region, err := fastpath.OpenRegion(mp.Bytes())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
+		return ExitBoot
+	}
+	fail := func(format string, args ...any) int {
+		msg := fmt.Sprintf(format, args...)
+		region.SetFatal(msg)
+		fmt.Fprintf(os.Stderr, "knit lane %d: %s\n", b.Lane, msg)
+		return ExitBoot
+	}
+	if b.Version != fastpath.Version {
+		return fail("boot record version %d, lane speaks %d", b.Version, fastpath.Version)
+	}
+	if region.Lane() != b.Lane || region.Incarnation() != b.Incarnation {
+		return fail("region is for lane %d incarnation %d, boot record says %d/%d",
+			region.Lane(), region.Incarnation(), b.Lane, b.Incarnation)
+	}
+	tasks, err := resolveTasks(b.Tasks)
+	if err != nil {
+		return fail("%v", err)
+	}
+	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
+	aborts := newAbortWatch(region)
+	exec := &actors.Executor{
+		Region:  region,
+		Lane:    fastpath.FutexBell{},
+		Done:    fastpath.EventBell{FD: done},
+		Spin:    durationNS(b.Spin),
+		Park:    durationNS(b.Park),
+		Tasks:   tasks,
+		MaxCall: b.MaxCall,
+		Context: aborts.context,
+		Panic:   b.PanicCrash,
+	}
+	region.Boot().Store(fastpath.BootReady)
+	_ = done.Signal() // the host's reaper waits on this doorbell for readiness too
+	err = exec.Run()
+	aborts.stop()
+	var pe *actors.PanicError
+	if errors.As(err, &pe) { // PanicCrashesLane: die the way an unrecovered panic does
+		fmt.Fprintf(os.Stderr, "panic: %v\n\n%s\n", pe.Value, pe.Stack)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
+		return ExitProtocol
+	}
+	return ExitStopped
+}
+
+func mapRegion(b Boot) (*shm.Mapping, error) {
+	if b.Shm == "" {
+		return shm.MapFile(os.NewFile(FDRegion, "knit-region"))
+	}
+	m, err := shm.OpenNamed(b.Shm)
+	if err != nil {
+		return nil, err
+	}
+	_ = m.Unlink() // private to this lane from now on
+	return m, nil
+}
+
+// resolveTasks maps the host's registry indices to this binary's tasks, checking that each
+// exists here with the same fingerprint.
+func resolveTasks(want []BootTask) ([]actors.Def, error) {
+	var tasks []actors.Def
+	for _, bt := range want {
+		d, ok := actors.Lookup(bt.Name)
+		if !ok {
+			return nil, fmt.Errorf("unknown task %q: this lane binary does not define it", bt.Name)
+		}
+		if d.Fingerprint() != bt.Fingerprint {
+			return nil, fmt.Errorf("task %q fingerprint mismatch: host %#x, lane %#x (different In/Out types)",
+				bt.Name, bt.Fingerprint, d.Fingerprint())
+		}
+		if bt.Index > 1<<16 {
+			return nil, fmt.Errorf("task %q index %d out of range", bt.Name, bt.Index)
+		}
+		for int(bt.Index) >= len(tasks) {
+			tasks = append(tasks, nil)
+		}
+		tasks[bt.Index] = d
+	}
+	return tasks, nil
+}
+
+func durationNS(ns int64) time.Duration { return time.Duration(ns) }
+
+// abortWatch cancels a running call's context when the host raises its abort bit. It parks
+// on the region's abort doorbell, so it costs nothing until a call is cancelled.
+type abortWatch struct {
+	region  *fastpath.Region
+	mu      sync.Mutex
+	bit     int
+	cancel  context.CancelFunc
+	stopped bool
+	done    chan struct{}
+}
+
+func newAbortWatch(r *fastpath.Region) *abortWatch {
+	w := &abortWatch{region: r, bit: -1, done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// context returns the context for a call with abort bit bit (or none when bit is not a
+// valid bit) and a function to call when the call ends.
+func (w *abortWatch) context(bit int) (context.Context, func()) {
+	bits := w.region.Aborts()
+	if bit < 0 || bit >= bits.Len() {
+		return context.Background(), func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.mu.Lock()
+	w.bit, w.cancel = bit, cancel
+	w.mu.Unlock()
+	if bits.Test(bit) { // aborted before it started
+		cancel()
+	}
+	return ctx, func() {
+		w.mu.Lock()
+		w.bit, w.cancel = -1, nil
+		w.mu.Unlock()
+		cancel()
+	}
+}
+
+func (w *abortWatch) run() {
+	defer close(w.done)
+	word := w.region.AbortWake()
+	for {
+		seen := word.Load()
+		w.mu.Lock()
+		if w.stopped {
+			w.mu.Unlock()
+			return
+		}
+		if w.cancel != nil && w.region.Aborts().Test(w.bit) {
+			w.cancel()
+		}
+		w.mu.Unlock()
+		_ = futex.Wait(word, seen, 0)
+	}
+}
+
+func (w *abortWatch) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.region.AbortWake().Add(1)
+	_, _ = futex.Wake(w.region.AbortWake(), 1)
+	<-w.done
+}

@@ -1,0 +1,449 @@
+//go:build unix
+
+package knit_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/knitgo/knit"
+)
+
+// Pool benchmarks on goroutine lanes, with plain channel pools of the same shapes in the same
+// run (docs/benchmarks.md):
+//
+//	BenchmarkCall/{int64,bytes1KiB}/lanes={1,2}         one Task.Call in flight, no spinning
+//	BenchmarkCallSpin/...                               the same with LaneSpin 50µs, CallerSpin 20µs
+//	BenchmarkThroughput/{shape}/lanes={1,2}/futures     Task.Go in windows of 1024 from one goroutine
+//	BenchmarkThroughput/{shape}/lanes={1,2}/goroutines  ~1024 goroutines calling Task.Call
+//	BenchmarkThroughputSpin/...                         the same with spinning
+//	BenchmarkChannelPool/{shape}/...                    unbuffered round trip to one worker; a
+//	                                                    buffered pool of 2 workers, 1024 in flight
+//	BenchmarkIdleCPU/{nospin,spin}                      CPU burnt per call when calls are 1ms apart
+//
+// Every benchmark also reports cpu-ns/op: the process's user+system CPU time (all threads)
+// divided by the number of calls, so cpu-ns/op ÷ ns/op is the number of cores kept busy.
+
+var (
+	benchInt = knit.Define("bench.int64", func(_ context.Context, in int64) (int64, error) {
+		return in + 1, nil
+	})
+	benchBytes = knit.Define("bench.bytes1KiB", func(_ context.Context, in []byte) ([]byte, error) {
+		return in, nil
+	})
+)
+
+// inFlight is the number of calls outstanding in the throughput benchmarks.
+const inFlight = 1024
+
+// Spin budgets of the *Spin benchmarks.
+const (
+	benchLaneSpin   = 50 * time.Microsecond
+	benchCallerSpin = 20 * time.Microsecond
+)
+
+var kib = make([]byte, 1024)
+
+// workload is one payload shape: its task, the input of call n and a check of the result.
+type workload[In, Out any] struct {
+	task  *knit.Task[In, Out]
+	input func(n int) In
+	ok    func(in In, out Out) bool
+}
+
+var (
+	intLoad = workload[int64, int64]{
+		task:  benchInt,
+		input: func(n int) int64 { return int64(n) },
+		ok:    func(in, out int64) bool { return out == in+1 },
+	}
+	bytesLoad = workload[[]byte, []byte]{
+		task:  benchBytes,
+		input: func(int) []byte { return kib },
+		ok:    func(in, out []byte) bool { return len(out) == len(in) && &out[0] == &in[0] },
+	}
+)
+
+// cpuMeter reports cpu-ns/op from the process's rusage.
+type cpuMeter struct{ start time.Duration }
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startTimer resets the benchmark timer and starts measuring CPU time.
+func startTimer(b *testing.B) *cpuMeter {
+	b.ReportAllocs()
+	m := &cpuMeter{start: cpuTime()}
+	b.ResetTimer()
+	return m
+}
+
+// stop stops the benchmark timer and reports cpu-ns/op and, if throughput, calls/s.
+func (m *cpuMeter) stop(b *testing.B, throughput bool) {
+	b.StopTimer()
+	cpu := cpuTime() - m.start
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if throughput {
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	}
+}
+
+// benchPool starts a pool of the bench tasks with a stall watchdog: when calls are in
+// flight and no lane completes any for stallAfter, the watchdog records what the lanes hold
+// and closes the pool, so the stuck calls fail (and the benchmark with them) instead of
+// hanging the run. Benchmarks report a failure with stalled(err).
+func benchPool(b *testing.B, cfg knit.Config) (*knit.Pool, func(error) string) {
+	b.Helper()
+	p, err := knit.NewPool(cfg, benchInt, benchBytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var why atomic.Pointer[string]
+	done, exited := make(chan struct{}), make(chan struct{})
+	go watchdog(p, &why, done, exited)
+	b.Cleanup(func() {
+		if err := p.Close(context.Background()); err != nil && why.Load() == nil {
+			b.Error(err)
+		}
+	})
+	b.Cleanup(func() { close(done); <-exited })
+	return p, func(err error) string {
+		if w := why.Load(); w != nil {
+			return fmt.Sprintf("%v; %s", err, *w)
+		}
+		return fmt.Sprint(err)
+	}
+}
+
+const stallAfter = 3 * time.Second
+
+func watchdog(p *knit.Pool, why *atomic.Pointer[string], done <-chan struct{}, exited chan<- struct{}) {
+	defer close(exited)
+	tick := time.NewTicker(stallAfter / 3)
+	defer tick.Stop()
+	var last uint64
+	quiet := 0
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		st := p.Stats()
+		var completed uint64
+		inflight := 0
+		for _, l := range st.Lanes {
+			completed += l.Completed + l.Failed
+			inflight += l.InFlight
+		}
+		if completed != last || inflight == 0 {
+			last, quiet = completed, 0
+			continue
+		}
+		if quiet++; quiet < 3 {
+			continue
+		}
+		msg := fmt.Sprintf("STALL: no call completed for %v with calls in flight; lanes: %+v", stallAfter, st.Lanes)
+		why.Store(&msg)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = p.Close(ctx) // settles the stuck calls with ErrThreadClosed
+		cancel()
+		<-done
+		return
+	}
+}
+
+func noSpin(lanes int) knit.Config { return knit.Config{Lanes: lanes} }
+
+func withSpin(lanes int) knit.Config {
+	return knit.Config{Lanes: lanes, LaneSpin: benchLaneSpin, CallerSpin: benchCallerSpin}
+}
+
+// forShapes runs body for int64 and 1 KiB []byte payloads.
+func forShapes(b *testing.B, ints, bytes func(*testing.B)) {
+	b.Run("int64", ints)
+	b.Run("bytes1KiB", bytes)
+}
+
+// forLanes runs body with 1 and 2 lanes.
+func forLanes(b *testing.B, body func(b *testing.B, lanes int)) {
+	for _, lanes := range []int{1, 2} {
+		b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) { body(b, lanes) })
+	}
+}
+
+func BenchmarkCall(b *testing.B) {
+	forShapes(b,
+		func(b *testing.B) { forLanes(b, func(b *testing.B, n int) { benchCall(b, intLoad, noSpin(n)) }) },
+		func(b *testing.B) { forLanes(b, func(b *testing.B, n int) { benchCall(b, bytesLoad, noSpin(n)) }) })
+}
+
+func BenchmarkCallSpin(b *testing.B) {
+	forShapes(b,
+		func(b *testing.B) { forLanes(b, func(b *testing.B, n int) { benchCall(b, intLoad, withSpin(n)) }) },
+		func(b *testing.B) { forLanes(b, func(b *testing.B, n int) { benchCall(b, bytesLoad, withSpin(n)) }) })
+}
+
+// benchCall: a sequential round trip, one call in flight.
+func benchCall[In, Out any](b *testing.B, w workload[In, Out], cfg knit.Config) {
+	p, stalled := benchPool(b, cfg)
+	ctx := context.Background()
+	for n := range inFlight { // warm up: records, lanes, scheduler
+		if _, err := w.task.Call(ctx, p, w.input(n)); err != nil {
+			b.Fatal(stalled(err))
+		}
+	}
+	m := startTimer(b)
+	for n := range b.N {
+		in := w.input(n)
+		out, err := w.task.Call(ctx, p, in)
+		if err != nil || !w.ok(in, out) {
+			b.Fatalf("call %d: %v, %s", n, out, stalled(err))
+		}
+	}
+	m.stop(b, false)
+}
+
+func BenchmarkThroughput(b *testing.B) {
+	forShapes(b,
+		func(b *testing.B) { forLanes(b, func(b *testing.B, n int) { benchThroughput(b, intLoad, noSpin(n)) }) },
+		func(b *testing.B) {
+			forLanes(b, func(b *testing.B, n int) { benchThroughput(b, bytesLoad, noSpin(n)) })
+		})
+}
+
+func BenchmarkThroughputSpin(b *testing.B) {
+	forShapes(b,
+		func(b *testing.B) {
+			forLanes(b, func(b *testing.B, n int) { benchThroughput(b, intLoad, withSpin(n)) })
+		},
+		func(b *testing.B) {
+			forLanes(b, func(b *testing.B, n int) { benchThroughput(b, bytesLoad, withSpin(n)) })
+		})
+}
+
+func benchThroughput[In, Out any](b *testing.B, w workload[In, Out], cfg knit.Config) {
+	b.Run("futures", func(b *testing.B) { benchFutures(b, w, cfg) })
+	b.Run("goroutines", func(b *testing.B) { benchGoroutines(b, w, cfg) })
+}
+
+// warmUp makes inFlight sequential calls on a new pool before the throughput benchmarks
+// put calls in flight.
+func warmUp[In, Out any](b *testing.B, w workload[In, Out], p *knit.Pool, stalled func(error) string) {
+	ctx := context.Background()
+	for n := range inFlight {
+		if _, err := w.task.Call(ctx, p, w.input(n)); err != nil {
+			b.Fatal(stalled(err))
+		}
+	}
+}
+
+// benchFutures: one goroutine starts inFlight calls with Task.Go, waits for all of them,
+// and repeats.
+func benchFutures[In, Out any](b *testing.B, w workload[In, Out], cfg knit.Config) {
+	p, stalled := benchPool(b, cfg)
+	ctx := context.Background()
+	futs := make([]*knit.Future[Out], inFlight)
+	ins := make([]In, inFlight)
+	window := func(first, k int) {
+		for i := range k {
+			ins[i] = w.input(first + i)
+			futs[i] = w.task.Go(ctx, p, ins[i])
+		}
+		for i := range k {
+			out, err := futs[i].Wait()
+			if err != nil || !w.ok(ins[i], out) {
+				b.Fatalf("call %d: %v, %s", first+i, out, stalled(err))
+			}
+			futs[i] = nil
+		}
+	}
+	warmUp(b, w, p, stalled)
+	window(0, inFlight)
+	m := startTimer(b)
+	for done := 0; done < b.N; done += inFlight {
+		window(done, min(inFlight, b.N-done))
+	}
+	m.stop(b, true)
+}
+
+// benchGoroutines: b.RunParallel with ⌈inFlight/GOMAXPROCS⌉×GOMAXPROCS goroutines, each
+// making one blocking Task.Call after another.
+func benchGoroutines[In, Out any](b *testing.B, w workload[In, Out], cfg knit.Config) {
+	p, stalled := benchPool(b, cfg)
+	ctx := context.Background()
+	warmUp(b, w, p, stalled)
+	var failed atomic.Bool // report the first failure only
+	var wg sync.WaitGroup
+	for n := range inFlight { // as many records as calls in flight
+		wg.Go(func() {
+			if _, err := w.task.Call(ctx, p, w.input(n)); err != nil && !failed.Swap(true) {
+				b.Error(stalled(err))
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() {
+		return
+	}
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((inFlight + procs - 1) / procs)
+	m := startTimer(b)
+	b.RunParallel(func(pb *testing.PB) {
+		for n := 0; pb.Next(); n++ {
+			in := w.input(n)
+			out, err := w.task.Call(ctx, p, in)
+			if err != nil || !w.ok(in, out) {
+				if !failed.Swap(true) {
+					b.Errorf("call: %v, %s", out, stalled(err))
+				}
+				return
+			}
+		}
+	})
+	m.stop(b, true)
+}
+
+// BenchmarkChannelPool: plain channel hand-offs with the same shapes, for comparison.
+func BenchmarkChannelPool(b *testing.B) {
+	forShapes(b,
+		func(b *testing.B) { benchChannels(b, intLoad.input, intLoad.ok, func(v int64) int64 { return v + 1 }) },
+		func(b *testing.B) {
+			benchChannels(b, bytesLoad.input, bytesLoad.ok, func(v []byte) []byte { return v })
+		})
+}
+
+func benchChannels[T any](b *testing.B, input func(int) T, ok func(in, out T) bool, fn func(T) T) {
+	b.Run("unbuffered", func(b *testing.B) { benchChanRoundTrip(b, input, ok, fn) })
+	b.Run("workers=2/window", func(b *testing.B) { benchChanWindow(b, input, ok, fn) })
+	b.Run("workers=2/goroutines", func(b *testing.B) { benchChanGoroutines(b, input, ok, fn) })
+}
+
+// benchChanRoundTrip: one worker goroutine; request and reply on two unbuffered channels.
+func benchChanRoundTrip[T any](b *testing.B, input func(int) T, ok func(in, out T) bool, fn func(T) T) {
+	req, resp := make(chan T), make(chan T)
+	go func() {
+		for v := range req {
+			resp <- fn(v)
+		}
+		close(resp)
+	}()
+	defer func() { close(req); <-resp }()
+	for n := range inFlight {
+		req <- input(n)
+		<-resp
+	}
+	m := startTimer(b)
+	for n := range b.N {
+		in := input(n)
+		req <- in
+		if out := <-resp; !ok(in, out) {
+			b.Fatalf("call %d: %v", n, out)
+		}
+	}
+	m.stop(b, false)
+}
+
+type chanJob[T any] struct {
+	v     T
+	reply chan chanReply[T]
+}
+
+type chanReply[T any] struct{ in, out T }
+
+// startChanPool starts 2 workers reading jobs from one channel buffered to inFlight.
+func startChanPool[T any](fn func(T) T) (jobs chan chanJob[T], stop func()) {
+	jobs = make(chan chanJob[T], inFlight)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for j := range jobs {
+				j.reply <- chanReply[T]{in: j.v, out: fn(j.v)}
+			}
+		})
+	}
+	return jobs, func() { close(jobs); wg.Wait() }
+}
+
+// benchChanWindow: one goroutine sends inFlight jobs whose replies come back on one channel
+// buffered to inFlight, receives them all, and repeats (the analogue of Task.Go windows).
+func benchChanWindow[T any](b *testing.B, input func(int) T, ok func(in, out T) bool, fn func(T) T) {
+	jobs, stop := startChanPool(fn)
+	defer stop()
+	replies := make(chan chanReply[T], inFlight)
+	window := func(first, k int) {
+		for i := range k {
+			jobs <- chanJob[T]{v: input(first + i), reply: replies}
+		}
+		for range k {
+			if r := <-replies; !ok(r.in, r.out) {
+				b.Fatalf("window at %d: reply %v for %v", first, r.out, r.in)
+			}
+		}
+	}
+	window(0, inFlight)
+	m := startTimer(b)
+	for done := 0; done < b.N; done += inFlight {
+		window(done, min(inFlight, b.N-done))
+	}
+	m.stop(b, true)
+}
+
+// benchChanGoroutines: ~inFlight goroutines, each with its own reply channel, send jobs to
+// the 2 workers one after another.
+func benchChanGoroutines[T any](b *testing.B, input func(int) T, ok func(in, out T) bool, fn func(T) T) {
+	jobs, stop := startChanPool(fn)
+	defer stop()
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((inFlight + procs - 1) / procs)
+	m := startTimer(b)
+	b.RunParallel(func(pb *testing.PB) {
+		reply := make(chan chanReply[T], 1)
+		for n := 0; pb.Next(); n++ {
+			in := input(n)
+			jobs <- chanJob[T]{v: in, reply: reply}
+			if r := <-reply; !ok(in, r.out) {
+				b.Errorf("reply %v for %v", r.out, in)
+				return
+			}
+		}
+	})
+	m.stop(b, true)
+}
+
+// BenchmarkIdleCPU: one call every millisecond (the caller sleeps in between), so a lane
+// that spins burns its budget after every call. cpu-ns/op is the CPU time the whole process
+// spent per call, the sleep's own timer wake-up included; ns/op is dominated by the sleep.
+func BenchmarkIdleCPU(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  knit.Config
+	}{{"nospin", noSpin(1)}, {"spin", withSpin(1)}} {
+		b.Run(c.name, func(b *testing.B) {
+			p, stalled := benchPool(b, c.cfg)
+			ctx := context.Background()
+			if _, err := benchInt.Call(ctx, p, 0); err != nil {
+				b.Fatal(stalled(err))
+			}
+			m := startTimer(b)
+			for n := range b.N {
+				time.Sleep(time.Millisecond)
+				if _, err := benchInt.Call(ctx, p, int64(n)); err != nil {
+					b.Fatal(stalled(err))
+				}
+			}
+			m.stop(b, false)
+		})
+	}
+}

@@ -1,0 +1,449 @@
+package knit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/knitgo/knit"
+)
+
+// Tasks for process lanes. The test binary is the lane binary (TestMain calls knit.Main).
+var (
+	sleepy = knit.Define("test.proc.sleep", func(ctx context.Context, _ int) (int, error) {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	exit3 = knit.Define("test.proc.exit", func(_ context.Context, code int) (int, error) {
+		os.Exit(code)
+		return 0, nil
+	})
+	goPanic = knit.Define("test.proc.gopanic", func(_ context.Context, msg string) (int, error) {
+		done := make(chan struct{})
+		go func() { panic(msg) }() // nobody can recover this one: the process dies
+		<-done
+		return 0, nil
+	})
+	// fault writes to a read-only page: a real SIGSEGV that the Go runtime cannot turn into
+	// a recoverable panic.
+	fault = knit.Define("test.proc.fault", func(_ context.Context, _ int) (int, error) {
+		page, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			return 0, err
+		}
+		page[0] = 1
+		return 0, nil
+	})
+	environ = knit.Define("test.proc.environ", func(context.Context, int) ([]string, error) {
+		return os.Environ(), nil
+	})
+	spawnChild = knit.Define("test.proc.spawn", func(context.Context, int) (int, error) {
+		cmd := exec.Command("sleep", "1000")
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	nestedPool = knit.Define("test.proc.nested", func(context.Context, int) (string, error) {
+		_, err := knit.NewPool(knit.Config{Lanes: 1}, add)
+		if err == nil {
+			return "", errors.New("NewPool succeeded inside a lane")
+		}
+		return err.Error(), nil
+	})
+	coded = knit.Define("test.proc.coded", func(context.Context, int) (int, error) {
+		return 0, &knit.Error{Code: knit.CodeOverloaded, Lane: -1, Message: "try later"}
+	})
+	procTasks = []knit.Definition{add, echo, fail, boom, sleepy, exit3, goPanic, fault, environ, spawnChild, nestedPool, coded}
+)
+
+// A task whose definition depends on KNIT_TEST_VARIANT, which only lanes get (through
+// Config.Process.Env): it lets a test build lanes whose registry does not match the host's.
+var variant = defineVariant()
+
+func defineVariant() knit.Definition {
+	switch os.Getenv("KNIT_TEST_VARIANT") {
+	case "mismatch":
+		return knit.Define("test.variant", func(context.Context, string) (int, error) { return 0, nil })
+	case "missing":
+		return nil
+	case "initpanic":
+		panic("init failed on purpose")
+	}
+	return knit.Define("test.variant", func(context.Context, int) (int, error) { return 0, nil })
+}
+
+func newProcessPool(t testing.TB, cfg knit.Config, tasks ...knit.Definition) *knit.Pool {
+	t.Helper()
+	cfg.Runtime = knit.Process
+	if len(tasks) == 0 {
+		tasks = procTasks
+	}
+	p, err := knit.NewPool(cfg, tasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+func TestProcessCalls(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 2})
+	ctx := context.Background()
+	n := 100_000
+	if testing.Short() {
+		n = 10_000
+	}
+	const workers = 16
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				if sum, err := add.Call(ctx, p, [2]int64{int64(i), 7}); err != nil || sum != int64(i+7) {
+					errc <- fmt.Errorf("call %d: %d, %v", i, sum, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	var done uint64
+	for _, l := range p.Stats().Lanes {
+		done += l.Completed
+		if l.PID == 0 || l.PID == os.Getpid() {
+			t.Fatalf("lane %d has pid %d", l.Lane, l.PID)
+		}
+	}
+	if done != uint64(n) {
+		t.Fatalf("lanes completed %d, want %d", done, n)
+	}
+}
+
+func TestProcessPayloadTiers(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1})
+	for _, size := range []int{0, 1, 24, 25, 512, 513, 64 << 10, 2 << 20} {
+		in := bytes.Repeat([]byte{byte(size)}, size)
+		for i := range in {
+			in[i] ^= byte(i)
+		}
+		out, err := echo.Call(context.Background(), p, in)
+		if err != nil || !bytes.Equal(out, in) {
+			t.Fatalf("%d bytes: got %d bytes, %v", size, len(out), err)
+		}
+	}
+	// Over the per-call maximum: refused before anything is published.
+	big := make([]byte, 4<<20+1)
+	if _, err := echo.Call(context.Background(), p, big); !errors.Is(err, knit.ErrPayloadTooLarge) {
+		t.Fatalf("over the maximum: %v", err)
+	}
+}
+
+func TestProcessPayloadLimits(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Payload: knit.Payload{Arena: 64 << 10, MaxCall: 1000}})
+	if _, err := echo.Call(context.Background(), p, make([]byte, 1001)); !errors.Is(err, knit.ErrPayloadTooLarge) {
+		t.Fatalf("over MaxCall: %v", err)
+	}
+	if out, err := echo.Call(context.Background(), p, make([]byte, 1000)); err != nil || len(out) != 1000 {
+		t.Fatalf("at MaxCall: %d, %v", len(out), err)
+	}
+}
+
+func TestProcessErrors(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1})
+	ctx := context.Background()
+	_, err := fail.Call(ctx, p, "bad input")
+	if !errors.Is(err, knit.ErrTaskError) || !strings.Contains(err.Error(), "bad input") {
+		t.Fatalf("task error: %v", err)
+	}
+	_, err = boom.Call(ctx, p, "kaboom")
+	if !errors.Is(err, knit.ErrTaskPanic) || !strings.Contains(err.Error(), "kaboom") {
+		t.Fatalf("panic: %v", err)
+	}
+	if _, err := coded.Call(ctx, p, 0); !errors.Is(err, knit.ErrOverloaded) || !strings.Contains(err.Error(), "try later") {
+		t.Fatalf("coded task error did not keep its code: %v", err)
+	}
+	msg, err := nestedPool.Call(ctx, p, 0)
+	if err != nil || !strings.Contains(msg, "inside a knit lane") {
+		t.Fatalf("NewPool in a lane: %q, %v", msg, err)
+	}
+	if sum, err := add.Call(ctx, p, [2]int64{2, 3}); err != nil || sum != 5 {
+		t.Fatalf("lane did not keep serving: %d, %v", sum, err)
+	}
+}
+
+func TestProcessCancelReachesLane(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	f := sleepy.Go(ctx, p, 0)
+	cancel()
+	if _, err := f.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	// The lane was interrupted through its abort bit: it serves the next call.
+	if sum, err := add.Call(context.Background(), p, [2]int64{1, 1}); err != nil || sum != 2 {
+		t.Fatalf("after cancel: %d, %v", sum, err)
+	}
+}
+
+func TestProcessEnvironmentScrubbed(t *testing.T) {
+	t.Setenv("KNIT_TEST_PASSED", "yes")
+	t.Setenv("SECRET_TOKEN", "hunter2")
+	t.Setenv("ALLOWED", "ok")
+	p := newProcessPool(t, knit.Config{Lanes: 1, Process: knit.ProcessConfig{Env: []string{"ALLOWED", "SET=1"}}})
+	env, err := environ.Call(context.Background(), p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(env, "\n")
+	for _, want := range []string{"KNIT_TEST_PASSED=yes", "ALLOWED=ok", "SET=1", "KNIT_LANE=1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("lane environment lacks %s", want)
+		}
+	}
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "KNIT_") && name != "ALLOWED" && name != "SET" {
+			t.Errorf("lane environment carries %s", name)
+		}
+	}
+}
+
+// held starts calls that stay in the lane until it dies.
+func held(p *knit.Pool, n int) []*knit.Future[int] {
+	var futs []*knit.Future[int]
+	for range n {
+		futs = append(futs, sleepy.Go(context.Background(), p, 0))
+	}
+	return futs
+}
+
+func TestProcessKilledMidCall(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1})
+	futs := held(p, 40)
+	if err := syscall.Kill(p.Stats().Lanes[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range futs {
+		_, err := f.Wait()
+		var ke *knit.Error
+		if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed || !strings.Contains(err.Error(), "SIGKILL") {
+			t.Fatalf("call %d settled with %v, want WORKER_CRASHED naming SIGKILL", i, err)
+		}
+	}
+	if _, err := add.Call(context.Background(), p, [2]int64{}); !errors.Is(err, knit.ErrPoolUnavailable) {
+		t.Fatalf("pool with its only lane dead: %v", err)
+	}
+}
+
+func TestProcessLaneEnds(t *testing.T) {
+	cases := []struct {
+		name string
+		call func(p *knit.Pool) *knit.Future[int]
+		code knit.Code
+		want string
+	}{
+		{"os.Exit(3)", func(p *knit.Pool) *knit.Future[int] { return exit3.Go(context.Background(), p, 3) },
+			knit.CodeWorkerExited, "exit status 3"},
+		{"unrecoverable panic", func(p *knit.Pool) *knit.Future[int] { return goPanic.Go(context.Background(), p, "lost") },
+			knit.CodeWorkerCrashed, "panic: lost"},
+		{"memory fault", func(p *knit.Pool) *knit.Future[int] { return fault.Go(context.Background(), p, 0) },
+			knit.CodeWorkerCrashed, "fault"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet()})
+			ending := tc.call(p)
+			others := held(p, 5) // queued behind the call that ends the lane
+			_, err := ending.Wait()
+			var ke *knit.Error
+			if !errors.As(err, &ke) || ke.Code != tc.code || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %s mentioning %q", err, tc.code, tc.want)
+			}
+			for _, f := range others {
+				if _, err := f.Wait(); !errors.Is(err, ke) {
+					t.Fatalf("a held call settled with %v, want %s", err, tc.code)
+				}
+			}
+		})
+	}
+}
+
+func TestProcessStartupFailures(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  knit.Config
+		want string
+	}{
+		{"fingerprint mismatch", knit.Config{Process: knit.ProcessConfig{Env: []string{"KNIT_TEST_VARIANT=mismatch"}}}, "fingerprint mismatch"},
+		{"unknown task", knit.Config{Process: knit.ProcessConfig{Env: []string{"KNIT_TEST_VARIANT=missing"}}}, `unknown task "test.variant"`},
+		{"panic during init", knit.Config{Process: knit.ProcessConfig{Env: []string{"KNIT_TEST_VARIANT=initpanic"}}}, "init failed on purpose"},
+		{"mapping failure", knit.Config{Process: knit.ProcessConfig{Prefix: []string{"sh", "-c", `exec "$@" 3<&-`, "sh"}}}, "knit/shm"},
+		{"not a knit lane", knit.Config{Process: knit.ProcessConfig{Command: []string{"true"}}}, "exited before ready: exit status 0"},
+		{"startup timeout", knit.Config{StartupTimeout: 50 * time.Millisecond, Process: knit.ProcessConfig{Command: []string{"sleep", "60"}}}, "not ready within"},
+		{"no such binary", knit.Config{Process: knit.ProcessConfig{Command: []string{filepath.Join(t.TempDir(), "nothing")}}}, "spawn"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Runtime, cfg.Lanes, cfg.Logger = knit.Process, 2, quiet()
+			p, err := knit.NewPool(cfg, variant, add)
+			if err == nil {
+				p.Close(context.Background())
+				t.Fatal("NewPool succeeded")
+			}
+			if !errors.Is(err, knit.ErrWorkerStartupFailed) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want WORKER_STARTUP_FAILED mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestProcessNamedSharedMemory(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 2, Process: knit.ProcessConfig{SharedMemory: knit.Named}})
+	if out, err := echo.Call(context.Background(), p, bytes.Repeat([]byte("x"), 5000)); err != nil || len(out) != 5000 {
+		t.Fatalf("echo over a named mapping: %d, %v", len(out), err)
+	}
+	if names := shmNames(t); len(names) != 0 {
+		t.Fatalf("named mappings still linked while the pool runs: %v", names)
+	}
+}
+
+func TestProcessPrefix(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Process: knit.ProcessConfig{Prefix: []string{"nice", "-n", "5"}}})
+	if sum, err := add.Call(context.Background(), p, [2]int64{20, 22}); err != nil || sum != 42 {
+		t.Fatalf("through a prefix: %d, %v", sum, err)
+	}
+}
+
+func TestProcessGroupDiesWithLane(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), Process: knit.ProcessConfig{Env: []string{"PATH"}}})
+	pid, err := spawnChild.Call(context.Background(), p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(pidfd)
+	if err := syscall.Kill(p.Stats().Lanes[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// A pidfd becomes readable when its process exits: wait for that event.
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 60_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("the lane's child %d outlived the lane (poll %d, %v)", pid, n, err)
+		}
+		break
+	}
+}
+
+func TestProcessCloseLeavesNothing(t *testing.T) {
+	before := shmNames(t)
+	for _, mode := range []knit.SharedMemoryMode{knit.Inherit, knit.Named} {
+		p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 2, Process: knit.ProcessConfig{SharedMemory: mode}}, add)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids := []int{}
+		for _, l := range p.Stats().Lanes {
+			pids = append(pids, l.PID)
+		}
+		if _, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		for _, pid := range pids {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				t.Errorf("lane process %d still exists after Close (zombie or alive)", pid)
+			}
+		}
+		if s := p.Stats(); s.Lanes[0].State != "closed" || s.Lanes[0].Completed+s.Lanes[1].Completed != 1 {
+			t.Errorf("stats after Close: %+v", s.Lanes)
+		}
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(maps, []byte("knit-lane")) || bytes.Contains(maps, []byte("/dev/shm/knit-")) {
+		t.Error("a lane region is still mapped after Close")
+	}
+	if after := shmNames(t); len(after) > len(before) {
+		t.Errorf("named mappings left in /dev/shm: %v", after)
+	}
+	if kids := children(t); len(kids) > 0 {
+		t.Errorf("child processes left after Close: %v", kids)
+	}
+}
+
+func TestProcessStartsQuickly(t *testing.T) {
+	// Not a timing assertion: a pool of 4 process lanes comes up and serves.
+	p := newProcessPool(t, knit.Config{Lanes: 4})
+	var futs []*knit.Future[int64]
+	for i := range 4 {
+		futs = append(futs, add.Go(context.Background(), p, [2]int64{int64(i), 0}))
+	}
+	for i, f := range futs {
+		if v, err := f.Wait(); err != nil || v != int64(i) {
+			t.Fatalf("call %d: %d, %v", i, v, err)
+		}
+	}
+}
+
+func shmNames(t *testing.T) []string {
+	t.Helper()
+	m, _ := filepath.Glob("/dev/shm/knit-*")
+	return m
+}
+
+// children lists this process's child processes.
+func children(t *testing.T) []string {
+	t.Helper()
+	me := strconv.Itoa(os.Getpid())
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var kids []string
+	for _, s := range stats {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := string(b[bytes.LastIndexByte(b, ')')+2:])
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[1] == me {
+			kids = append(kids, s)
+		}
+	}
+	return kids
+}
+
+// quiet is a logger for tests whose lanes are meant to fail loudly.
+func quiet() *zap.Logger { return zap.NewNop() }
