@@ -59,6 +59,8 @@ type lane struct {
 
 	inflight atomic.Int32
 
+	acked   chan struct{} // closed when a process lane has acknowledged its stop request
+	ackOnce sync.Once
 	ended   chan struct{} // closed once the lane has ended and its calls are settled
 	endErr  *Error
 	reaped  chan struct{}
@@ -74,6 +76,7 @@ func newLane(p *Pool, idx int) *lane {
 		p: p, idx: idx,
 		backlog: make([]call, p.cfg.Backlog),
 		kick:    make(chan struct{}, 1),
+		acked:   make(chan struct{}),
 		ended:   make(chan struct{}),
 		reaped:  make(chan struct{}),
 		space:   make(chan struct{}),
@@ -145,6 +148,11 @@ func (l *lane) submit(c call) (queued bool, err error) {
 	}
 	l.accept(&c)
 	l.enqueue(c)
+	// The lane may have retired its slots and drained its last result between our failed
+	// Reserve and the enqueue, and then found no backlog to flush: look again now.
+	// (enqueue's store of queued and Reserve's load of the consumer word pair with the
+	// lane's Retire and its load of queued in drain.)
+	l.flushLocked()
 	l.mu.Unlock()
 	l.wake.Ring(l.laneBell)
 	return true, nil
@@ -154,7 +162,7 @@ func (l *lane) submit(c call) (queued bool, err error) {
 func (l *lane) enqueue(c call) {
 	l.backlog[(l.head+l.n)%len(l.backlog)] = c
 	l.n++
-	l.queued.Store(int32(l.n))
+	l.queued.Swap(int32(l.n)) // a full barrier before the flush's reload of the consumer word
 }
 
 // accept counts c as held by this lane; called with mu held, before c is published, so a
@@ -196,6 +204,16 @@ func (l *lane) publish(slot int, c call) bool {
 // flush moves backlog calls into free slots.
 func (l *lane) flush() {
 	l.mu.Lock()
+	moved := l.flushLocked()
+	l.mu.Unlock()
+	if moved {
+		l.wake.Ring(l.laneBell)
+	}
+}
+
+// flushLocked moves backlog calls, oldest first, into free slots; mu is held. It reports
+// whether it moved any.
+func (l *lane) flushLocked() bool {
 	moved := 0
 	for l.n > 0 {
 		slot, ok := l.req.Reserve()
@@ -212,10 +230,7 @@ func (l *lane) flush() {
 		close(l.space)
 		l.space = make(chan struct{})
 	}
-	l.mu.Unlock()
-	if moved > 0 {
-		l.wake.Ring(l.laneBell)
-	}
+	return moved > 0
 }
 
 // drain settles every result waiting on the return ring, unless someone else is draining.
@@ -229,6 +244,15 @@ func (l *lane) drain() {
 		if l.fenced.Load() {
 			l.draining.Store(false)
 			return
+		}
+		if l.proc != nil {
+			// A result from another process is caused by a request we published under mu,
+			// but Go's memory model (and the race detector, which does not track mapped
+			// memory) cannot see through that process: taking mu orders what callers wrote
+			// before publishing (their call records) before what we read now.
+			l.mu.Lock()
+			//lint:ignore SA2001 the empty critical section is the point
+			l.mu.Unlock()
 		}
 		pending := l.ret.Poll()
 		var bad error
@@ -323,10 +347,13 @@ func (l *lane) reap() {
 			continue
 		}
 		l.done.Arm()
-		if l.ret.Poll() == 0 {
+		if l.ret.Peek() == 0 {
 			l.done.Wait(l.doneBell, 0)
 		}
 		l.done.Disarm()
+		if l.state.Load() == laneStopping && l.region.Stop().Load() == fastpath.StopAcknowledged {
+			l.ackOnce.Do(func() { close(l.acked) })
+		}
 	}
 }
 

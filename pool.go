@@ -253,27 +253,37 @@ func (l *lane) stop() bool {
 	l.wake.Force(l.laneBell)
 	l.mu.Unlock()
 	cfg := l.p.cfg
-	if waitFor(l.ended, cfg.StopAckTimeout) {
-		return true
-	}
-	if l.proc == nil {
+	acked := waitFor(cfg.StopAckTimeout, l.ended, l.acked)
+	switch {
+	case l.proc == nil && !acked:
 		l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
-		return false
-	}
-	_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
-	if !waitFor(l.ended, cfg.KillGrace) {
-		_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
+	case l.proc != nil && !acked:
+		_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
+		if !waitFor(cfg.KillGrace, l.ended) {
+			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
+		}
+	case l.proc != nil:
+		// Acknowledged: the process is on its way out. One that never gets there is
+		// still reaped.
+		if !waitFor(cfg.KillGrace, l.ended) {
+			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
+		}
 	}
 	<-l.ended
-	return false
+	return acked
 }
 
-// waitFor reports whether c closed within d.
-func waitFor(c <-chan struct{}, d time.Duration) bool {
+// waitFor reports whether one of cs closed within d.
+func waitFor(d time.Duration, cs ...<-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	for len(cs) < 2 {
+		cs = append(cs, nil)
+	}
 	select {
-	case <-c:
+	case <-cs[0]:
+		return true
+	case <-cs[1]:
 		return true
 	case <-t.C:
 		return false

@@ -67,6 +67,9 @@ func (e *Executor) Run() error {
 					e.Stopping()
 				}
 				stop.Store(fastpath.StopAcknowledged)
+				if e.Done != nil {
+					e.Done.Wake(done.Word()) // the host may be waiting for the ack on this bell
+				}
 				return nil
 			}
 			continue

@@ -293,7 +293,7 @@ func (c *Consumer) Next(pending uint32) int {
 // Retire gives the slots in mask back to the producer: one atomic store.
 func (c *Consumer) Retire(mask uint32) {
 	c.local ^= mask
-	c.cons.Store(c.local)
+	c.cons.Swap(c.local) // a full barrier, as in Producer.Publish
 }
 
 // Bitmap is the abort bitmap: one bit per cancellable in-flight call.
