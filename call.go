@@ -95,7 +95,9 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		expire = func() { t.expire(ctx, p, r) }
 	}
 	if p.futures.Add(1) == 1 {
-		p.wakeReapers()
+		for _, l := range p.lanes {
+			l.kickReaper()
+		}
 	}
 	r.Attach(f, ctx, cancel, expire, &p.futures)
 	if _, err := p.dispatch(ctx, c); err != nil {

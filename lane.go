@@ -370,7 +370,16 @@ func (l *lane) isReady() bool {
 // In-process lanes need none: they drain their own results.
 func (l *lane) needReaper() {
 	if l.reaper && l.waiters.Add(1) == 1 {
-		l.wakeReaper()
+		l.kickReaper()
+	}
+}
+
+// kickReaper wakes a reaper idling for want of waiters. A reaper asleep on the completion
+// doorbell is armed already: the lane rings it with the next result.
+func (l *lane) kickReaper() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -384,10 +393,7 @@ func (l *lane) wakeReaper() {
 	if !l.reaper {
 		return
 	}
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
+	l.kickReaper()
 	l.doneBell.Wake(l.done.Word())
 }
 
