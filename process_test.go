@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/shm"
 )
 
 // Tasks for process lanes. The test binary is the lane binary (TestMain calls knit.Main).
@@ -447,3 +449,55 @@ func children(t *testing.T) []string {
 
 // quiet is a logger for tests whose lanes are meant to fail loudly.
 func quiet() *zap.Logger { return zap.NewNop() }
+
+// TestProcessCorruptResultKillsLane plays a broken lane: it maps a live lane's region from
+// outside (through /proc), publishes a result slot naming a function that does not exist and
+// rings the host's doorbell. The host must kill that lane with a clear error, settle what it
+// held, and keep running.
+func TestProcessCorruptResultKillsLane(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet(), Balancer: knit.FirstIdle})
+	stuck := sleepy.Go(context.Background(), p, 0) // lane 0 is busy and publishes nothing
+	pid := p.Stats().Lanes[0].PID
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/3", pid), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp, err := shm.MapFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Close()
+	region, err := fastpath.OpenRegion(mp.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	forge := region.Returns().Producer()
+	slot, ok := forge.Reserve()
+	if !ok {
+		t.Fatal("no free result slot to forge")
+	}
+	forge.Slot(slot).SetFn(60_000)
+	forge.Publish(slot)
+	// Ring the completion doorbell, an eventfd only reachable by copying it out of the lane.
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	bell, err := unix.PidfdGetfd(pidfd, 4, 0)
+	if err != nil {
+		t.Skipf("pidfd_getfd: %v", err)
+	}
+	defer unix.Close(bell)
+	if _, err := unix.Write(bell, []byte{1, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = stuck.Wait()
+	var ke *knit.Error
+	if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed || ke.Lane != 0 || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("held call settled with %v, want WORKER_CRASHED for a corrupt ring on lane 0", err)
+	}
+	if sum, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || sum != 3 {
+		t.Fatalf("the other lane stopped serving: %d, %v", sum, err)
+	}
+}
