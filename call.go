@@ -121,7 +121,7 @@ func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, 
 	if ctx.Err() != nil {
 		return ctx, nil, ctxError(ctx, t.def)
 	}
-	if d := t.def.Options().Timeout; d > 0 {
+	if d := t.def.Options().CallTimeout(); d > 0 {
 		ctx, cancel := context.WithTimeoutCause(ctx, d, errTaskTimeout)
 		return ctx, cancel, nil
 	}
@@ -134,6 +134,10 @@ func (t *Task[In, Out]) spin(ctx context.Context, l *lane, r *actors.Record[In, 
 	var start time.Time
 	done := ctx.Done()
 	for i := 1; r.Pending(); i++ {
+		if l.reaper && l.ret.Peek() != 0 { // a process lane's results wait for a drainer
+			l.drain()
+			continue
+		}
 		spin.Pause()
 		if i%64 != 0 {
 			continue
@@ -193,7 +197,7 @@ func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
 			return t.def.TimeoutValue(), nil
 		}
 		return t.def.TimeoutValue(), &Error{Code: CodeTimeout, Lane: -1, Task: t.def.Name(),
-			Message: fmt.Sprintf("no result within %v", o.Timeout), Cause: context.DeadlineExceeded}
+			Message: fmt.Sprintf("no result within %v", o.CallTimeout()), Cause: context.DeadlineExceeded}
 	}
 	var zero Out
 	var ke *Error

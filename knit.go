@@ -93,8 +93,9 @@ func TimeoutDefault(d time.Duration, v any) TaskOption {
 	return func(o *actors.Options) { o.Timeout, o.Default, o.HasDefault = d, v, true }
 }
 
-// HardTimeout kills and restarts a process lane whose call overruns d. Goroutines cannot be
-// killed: on goroutine lanes it acts as Timeout.
+// HardTimeout bounds a call like Timeout does. Killing and restarting a process lane whose
+// call overruns it arrives with the supervisor; goroutines cannot be killed, so on goroutine
+// lanes it will stay a Timeout.
 func HardTimeout(d time.Duration) TaskOption {
 	return func(o *actors.Options) { o.HardTimeout = d }
 }

@@ -292,10 +292,12 @@ func (l *lane) settle(i int) error {
 			return err
 		}
 	}
+	// The lane counts as idle before the caller wakes, so a balancer sees it free.
+	l.inflight.Add(-1)
 	if err := l.p.byIndex[fn].SettleResult(l.p.id, s.Call(), s.Gen(), o, payload, l.proc == nil, l); err != nil {
+		l.inflight.Add(1)
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
 	}
-	l.inflight.Add(-1)
 	l.p.callDone()
 	return nil
 }

@@ -28,6 +28,7 @@ type procLane struct {
 	pid    int
 	ready  chan struct{} // closed once the lane has reported ready
 	exited chan struct{} // closed once the process has been waited for
+	gone   chan struct{} // closed once its calls are settled and its region unmapped
 	output *laneOutput
 
 	killMu sync.Mutex
@@ -45,7 +46,7 @@ type procLane struct {
 func (l *lane) startProcess() error {
 	cfg := l.p.cfg
 	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: cfg.Payload.Arena, AbortBits: fastpath.DefaultAbortBits}
-	pl := &procLane{ready: make(chan struct{}), exited: make(chan struct{})}
+	pl := &procLane{ready: make(chan struct{}), exited: make(chan struct{}), gone: make(chan struct{})}
 	var err error
 	if cfg.Process.SharedMemory == Named {
 		pl.mp, err = shm.CreateNamed(layout.Size())
@@ -221,6 +222,7 @@ func (l *lane) waitProcess() {
 	<-l.reaped
 	pl.final = l.region.Stats().Snapshot()
 	l.release()
+	close(pl.gone)
 	log := l.p.log.Debug
 	if e.Code != CodeThreadClosed {
 		log = l.p.log.Warn

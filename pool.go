@@ -221,7 +221,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			l.wakeReaper()
 			<-l.reaped
 			if l.proc != nil {
-				<-l.proc.exited
+				<-l.proc.gone
 			}
 		}
 		if len(abandoned) > 0 {

@@ -420,9 +420,10 @@ func TestProcessStartsQuickly(t *testing.T) {
 	}
 }
 
+// shmNames lists the named mappings this process created (their names carry its pid).
 func shmNames(t *testing.T) []string {
 	t.Helper()
-	m, _ := filepath.Glob("/dev/shm/knit-*")
+	m, _ := filepath.Glob(fmt.Sprintf("/dev/shm/knit-%d-*", os.Getpid()))
 	return m
 }
 

@@ -27,6 +27,16 @@ type Options struct {
 	Codec       any           // a Codec[In] or Codec[Out] replacing the chosen one
 }
 
+// CallTimeout is when a call gives up: the shorter of Timeout and HardTimeout. (Killing a
+// process lane whose call overran HardTimeout is the supervisor's work.)
+func (o *Options) CallTimeout() time.Duration {
+	switch {
+	case o.HardTimeout > 0 && (o.Timeout == 0 || o.HardTimeout < o.Timeout):
+		return o.HardTimeout
+	}
+	return o.Timeout
+}
+
 // Def is the type-erased face of a task that lanes and pools use.
 type Def interface {
 	Name() string
@@ -325,31 +335,22 @@ func (r *Record[In, Out]) Pending() bool { return r.state.Load() == statePending
 
 // SettleLane ends the call with the lane's result (LaneOut, and err for a failed call). Only
 // the first settle of a call wins; it reports whether this one did.
-func (r *Record[In, Out]) SettleLane(err error) bool {
-	if !r.state.CompareAndSwap(statePending, stateSettling) {
-		return false
-	}
-	r.Out, r.Err = r.LaneOut, err
-	r.settled()
-	return true
-}
+func (r *Record[In, Out]) SettleLane(err error) bool { return r.finish(r.LaneOut, err) }
 
 // Resolve ends the call with v.
-func (r *Record[In, Out]) Resolve(v Out) bool {
-	if !r.state.CompareAndSwap(statePending, stateSettling) {
-		return false
-	}
-	r.Out = v
-	r.settled()
-	return true
-}
+func (r *Record[In, Out]) Resolve(v Out) bool { return r.finish(v, nil) }
 
 // Fail ends the call with err.
 func (r *Record[In, Out]) Fail(err error) bool {
+	var zero Out
+	return r.finish(zero, err)
+}
+
+func (r *Record[In, Out]) finish(out Out, err error) bool {
 	if !r.state.CompareAndSwap(statePending, stateSettling) {
 		return false
 	}
-	r.Err = err
+	r.Out, r.Err = out, err
 	r.settled()
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -37,8 +38,8 @@ func CreateMemfd(name string, size int) (*Mapping, error) {
 	return &Mapping{data: data, file: os.NewFile(uintptr(fd), "memfd:"+name)}, nil
 }
 
-// CreateNamed creates /dev/shm/knit-<16 random hex digits> (mode 0600, O_EXCL) of size bytes
-// and maps it. The entry is removed by Unlink or Close, whichever comes first.
+// CreateNamed creates /dev/shm/knit-<pid>-<16 random hex digits> (mode 0600, O_EXCL) of
+// size bytes and maps it; the creator's pid in the name tells whose an entry is. The entry is removed by Unlink or Close, whichever comes first.
 func CreateNamed(size int) (*Mapping, error) {
 	if err := checkSize(int64(size)); err != nil {
 		return nil, err
@@ -51,7 +52,7 @@ func CreateNamed(size int) (*Mapping, error) {
 	for range createTries {
 		var r [8]byte
 		rand.Read(r[:])
-		name = namePrefix + hex.EncodeToString(r[:])
+		name = namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(r[:])
 		path = shmDir + "/" + name
 		fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if !errors.Is(err, unix.EEXIST) {

@@ -5,6 +5,7 @@ package shm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"strconv"
@@ -71,7 +72,7 @@ func TestNamedRemovedOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := m.Name()
-	if !strings.HasPrefix(name, "knit-") || len(name) != len("knit-")+16 {
+	if want := fmt.Sprintf("knit-%d-", os.Getpid()); !strings.HasPrefix(name, want) || len(name) != len(want)+16 {
 		t.Fatalf("Name = %q", name)
 	}
 	path := "/dev/shm/" + name
