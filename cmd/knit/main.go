@@ -35,12 +35,21 @@ var (
 		runtime.Goexit() // ends the lane's goroutine: the lane is classified WORKER_EXITED
 		return 0, nil
 	})
+
+	// demoCrash panics in a goroutine nobody recovers: the Go runtime kills its process lane.
+	demoCrash = knit.Define("demo.crash", func(context.Context, int) (int, error) {
+		done := make(chan struct{})
+		go func() { panic("unrecoverable: nobody catches a goroutine's panic") }()
+		<-done
+		return 0, nil
+	})
 )
 
 const usage = `knit — typed task actors on supervised lanes
 
 Usage:
-  knit demo    run a pool of goroutine lanes through calls, a panic, a lane exit and Close
+  knit demo    run goroutine lanes through calls, a panic, a lane exit and Close, then
+               process lanes through calls and a crash that ends only its own lane
   knit help    show this help
 `
 
@@ -172,7 +181,42 @@ func demo(log *zap.Logger) error {
 	} else {
 		return fmt.Errorf("call after Close: %v, want ErrPoolClosed", err)
 	}
-	return nil
+	return processDemo(ctx, log, libLog)
+}
+
+// processDemo runs the same tasks on process lanes: one crashes its process, and only its
+// lane dies.
+func processDemo(ctx context.Context, log, libLog *zap.Logger) error {
+	log.Info("process pool starting", zap.Int("lanes", 2), zap.Stringer("runtime", knit.Process))
+	pool, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Logger: libLog,
+		Balancer: knit.FirstIdle,
+		// A crashing Go lane prints every goroutine's stack; keep the demo's log short.
+		Process: knit.ProcessConfig{Env: []string{"GOTRACEBACK=none"}}},
+		demoSquare, demoCrash)
+	if err != nil {
+		return fmt.Errorf("NewPool(process): %w", err)
+	}
+	defer pool.Close(context.Background())
+	for _, l := range pool.Stats().Lanes {
+		log.Info("process lane ready", zap.Int("lane", l.Lane), zap.Int("pid", l.PID))
+	}
+	if err := burst(ctx, log, pool, "process lanes", 1, 4); err != nil {
+		return err
+	}
+	_, err = demoCrash.Call(ctx, pool, 0)
+	var ke *knit.Error
+	if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed {
+		return fmt.Errorf("crashing task: got %v, want WORKER_CRASHED", err)
+	}
+	first, _, _ := strings.Cut(ke.Error(), "\n")
+	log.Warn("process lane crashed: classified, its calls settled, the host lives on",
+		zap.Int("lane", ke.Lane), zap.String("code", string(ke.Code)), zap.String("error", first))
+	restartLane(log, ke.Lane, ke.Code)
+	if err := burst(ctx, log, pool, "after the crash", 10, 4); err != nil {
+		return err
+	}
+	logStats(log, "process lane", pool)
+	return pool.Close(ctx)
 }
 
 // burst starts n demo.square calls as futures, waits for each, then makes one blocking call.
