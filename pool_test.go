@@ -57,6 +57,9 @@ var (
 	})
 )
 
+// unserved is in no test pool.
+var unserved = knit.Define("test.unserved", func(context.Context, int) (int, error) { return 0, nil })
+
 // gate lets a test hold a task inside a lane.
 type gate struct {
 	started chan struct{}
@@ -369,8 +372,7 @@ func TestRefusals(t *testing.T) {
 		t.Error("NewPool with no tasks succeeded")
 	}
 	p := newPool(t, knit.Config{Lanes: 1})
-	other := knit.Define("test.unserved", func(context.Context, int) (int, error) { return 0, nil })
-	if _, err := other.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrPoolUnavailable) {
+	if _, err := unserved.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrPoolUnavailable) {
 		t.Errorf("task not in the pool: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
