@@ -49,7 +49,7 @@ const (
 // Layout is the set of sizes that shape a region. A zero field takes its default.
 type Layout struct {
 	Inline    int // inline payload bytes per slot, a multiple of 64 (default 512)
-	Arena     int // payload arena bytes per direction, a multiple of 64 (default 4 MiB; 0 after defaults means none)
+	Arena     int // payload arena bytes per direction, a multiple of 64 (default 4 MiB)
 	AbortBits int // bits in the abort bitmap (default 258)
 }
 
