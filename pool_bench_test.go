@@ -1,5 +1,3 @@
-//go:build unix
-
 package knit_test
 
 import (
@@ -29,6 +27,8 @@ import (
 //
 // Every benchmark also reports cpu-ns/op: the process's user+system CPU time (all threads)
 // divided by the number of calls, so cpu-ns/op ÷ ns/op is the number of cores kept busy.
+// A watchdog (benchPool) turns a pool that stops completing calls into a failed benchmark
+// instead of a hung run; docs/benchmarks.md records the stalls it caught.
 
 var (
 	benchInt = knit.Define("bench.int64", func(_ context.Context, in int64) (int64, error) {
