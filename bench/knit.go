@@ -56,8 +56,24 @@ func knitScenarios() []scenario {
 			setup: func() (func(*testing.B), func() error, error) { return setupKnitRoundTrip(spin) }},
 		{name: fmt.Sprintf("knit goroutine lane, spinning: %d in flight", inFlightTarget), inFlight: inFlightTarget,
 			setup: func() (func(*testing.B), func() error, error) { return setupKnitInFlight(spin) }},
+		// Process lanes: this binary re-executed as the lane (main calls knit.Main first).
+		// "awake" spins on both sides, as the unix-socket and go-plugin rows keep their
+		// peers awake in a blocking read; "parked" lets both sleep between calls.
+		{name: "knit process lane, awake: round trip", inFlight: 1,
+			setup: func() (func(*testing.B), func() error, error) { return setupKnitRoundTrip(procAwake) }},
+		{name: "knit process lane, parked: round trip", inFlight: 1,
+			setup: func() (func(*testing.B), func() error, error) { return setupKnitRoundTrip(procParked) }},
+		{name: fmt.Sprintf("knit process lane: %d in flight", inFlightTarget), inFlight: inFlightTarget,
+			setup: func() (func(*testing.B), func() error, error) { return setupKnitInFlight(procOne) }},
 	}
 }
+
+var (
+	procAwake = knit.Config{Lanes: 1, Runtime: knit.Process,
+		LaneSpin: 100 * time.Microsecond, CallerSpin: 100 * time.Microsecond}
+	procParked = knit.Config{Lanes: 1, Runtime: knit.Process, LaneSpin: -1, CallerSpin: -1}
+	procOne    = knit.Config{Lanes: 1, Runtime: knit.Process}
+)
 
 // knitPool is a pool with a stall watchdog: when calls are in flight and no
 // lane completes one for knitStallAfter, it records the lanes' state and

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/knitgo/knit"
 	"io"
 	"os"
 	"regexp"
@@ -33,6 +34,7 @@ import (
 const defaultRef = "chan: unbuffered round trip"
 
 func main() {
+	knit.Main() // a knit process lane re-executes this binary: serve and exit
 	if code, isChild := runChildIfRequested(); isChild {
 		os.Exit(code)
 	}

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"github.com/knitgo/knit"
 	"os"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 // TestMain lets the test binary act as the child process too: the process
 // rows re-execute os.Executable(), which under go test is this binary.
 func TestMain(m *testing.M) {
+	knit.Main()
 	if code, isChild := runChildIfRequested(); isChild {
 		os.Exit(code)
 	}
