@@ -457,7 +457,6 @@ func (l *lane) close(e *Error, release bool) {
 		l.p.callDone()
 	}
 	close(l.ended)
-	l.p.laneEnded(l)
 }
 
 // corrupt kills a lane whose return ring broke the protocol.

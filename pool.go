@@ -47,7 +47,6 @@ type Pool struct {
 	closeOnce sync.Once
 	closeDone chan struct{}
 	closeErr  error
-	live      atomic.Int32
 }
 
 var poolIDs atomic.Uint64
@@ -82,7 +81,6 @@ func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	for i := range cfg.Lanes {
 		p.lanes = append(p.lanes, newLane(p, i))
 	}
-	p.live.Store(int32(len(p.lanes)))
 	var failed error
 	for _, l := range p.lanes {
 		if failed = l.start(); failed != nil {
@@ -187,9 +185,6 @@ func (p *Pool) wakeReapers() {
 		l.wakeReaper()
 	}
 }
-
-// laneEnded is told when a lane has ended and settled its calls.
-func (p *Pool) laneEnded(*lane) { p.live.Add(-1) }
 
 // Close stops taking calls (they fail with ErrPoolClosed), lets calls in flight finish
 // within ctx, then stops the lanes in reverse start order. Calls still held when ctx ends

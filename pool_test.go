@@ -130,15 +130,30 @@ func TestManyCalls(t *testing.T) {
 	if testing.Short() {
 		calls = 100_000
 	}
-	const workers = 64
 	p := newPool(t, knit.Config{Lanes: 4})
+	addConcurrently(t, p, calls, 64)
+	var done uint64
+	for _, l := range p.Stats().Lanes {
+		done += l.Completed
+	}
+	if done != uint64(calls) {
+		t.Fatalf("lanes completed %d calls, want %d", done, calls)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addConcurrently makes n add calls from workers goroutines and checks every sum.
+func addConcurrently(t *testing.T, p *knit.Pool, n, workers int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < calls; i += workers {
+			for i := w; i < n; i += workers {
 				sum, err := add.Call(context.Background(), p, [2]int64{int64(i), int64(w)})
 				if err != nil || sum != int64(i+w) {
 					errc <- fmt.Errorf("call %d: %d, %v", i, sum, err)
@@ -150,16 +165,6 @@ func TestManyCalls(t *testing.T) {
 	wg.Wait()
 	close(errc)
 	for err := range errc {
-		t.Fatal(err)
-	}
-	var done uint64
-	for _, l := range p.Stats().Lanes {
-		done += l.Completed
-	}
-	if done != uint64(calls) {
-		t.Fatalf("lanes completed %d calls, want %d", done, calls)
-	}
-	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -104,31 +103,11 @@ func newProcessPool(t testing.TB, cfg knit.Config, tasks ...knit.Definition) *kn
 
 func TestProcessCalls(t *testing.T) {
 	p := newProcessPool(t, knit.Config{Lanes: 2})
-	ctx := context.Background()
 	n := 100_000
 	if testing.Short() {
 		n = 10_000
 	}
-	const workers = 16
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += workers {
-				if sum, err := add.Call(ctx, p, [2]int64{int64(i), 7}); err != nil || sum != int64(i+7) {
-					errc <- fmt.Errorf("call %d: %d, %v", i, sum, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Fatal(err)
-	}
+	addConcurrently(t, p, n, 16)
 	var done uint64
 	for _, l := range p.Stats().Lanes {
 		done += l.Completed

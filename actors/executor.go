@@ -28,8 +28,6 @@ type Executor struct {
 	Local bool
 	// Tasks maps a slot's function index to its task.
 	Tasks []Def
-	// Stopping, if set, is called when the lane sees the stop request.
-	Stopping func()
 	// MaxCall bounds an encoded result; a larger one fails its call with
 	// PAYLOAD_TOO_LARGE (process lanes; 0: the arena size).
 	MaxCall int
@@ -63,9 +61,6 @@ func (e *Executor) Run() error {
 		pending := req.Poll()
 		if pending == 0 {
 			if stop.Load() == fastpath.StopRequested {
-				if e.Stopping != nil {
-					e.Stopping()
-				}
 				stop.Store(fastpath.StopAcknowledged)
 				if e.Done != nil {
 					e.Done.Wake(done.Word()) // the host may be waiting for the ack on this bell

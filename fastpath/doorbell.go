@@ -86,9 +86,6 @@ type Wake struct {
 	counter, awake *atomic.Uint32
 }
 
-// Counter is the word the consumer parks on.
-func (w *Wake) Counter() *atomic.Uint32 { return w.counter }
-
 // Park sleeps until rung, or until timeout (a safety net), unless ready reports work after
 // the awake flag is cleared.
 func (w *Wake) Park(bell Bell, ready func() bool, timeout time.Duration) {
