@@ -1,4 +1,9 @@
-// Package supervisor holds the protoactor-go actors that own lane lifecycles: the pool
-// supervisor, one lane actor per lane, and the restart strategies. It must never carry call
-// data: calls move through fastpath, not through actor mailboxes.
+// Package supervisor is the supervision tree of a knit pool, built on protoactor-go: one pool
+// actor with one lane actor per lane. A lane actor starts, watches, stops and classifies one
+// lane incarnation after another; the pool actor is the parent's SupervisorStrategy and decides,
+// the OTP way, whether and when a failed lane comes back (restart type, OneForOne / AllForOne /
+// RestForOne, restart intensity, exponential backoff with jitter).
+//
+// The package only ever sees lanes through the Host and Worker interfaces. It must never touch
+// a lane's shared memory or a call: call data stays on the fast path and out of mailboxes.
 package supervisor

@@ -1,0 +1,192 @@
+package supervisor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/knitgo/knit/lifecycle"
+)
+
+// RestartType says which ends of a lane bring it back, as in OTP.
+type RestartType int
+
+// Restart types.
+const (
+	Transient RestartType = iota // restart after a crash or an exit with a non-zero status (default)
+	Permanent                    // restart after any end the host did not ask for, exit 0 included
+	Temporary                    // never restart
+)
+
+func (t RestartType) String() string {
+	switch t {
+	case Permanent:
+		return "permanent"
+	case Temporary:
+		return "temporary"
+	}
+	return "transient"
+}
+
+// Strategy says which lanes restart together.
+type Strategy int
+
+// Strategies.
+const (
+	OneForOne  Strategy = iota // only the lane that failed (default)
+	AllForOne                  // every lane: the others are stopped first
+	RestForOne                 // the lane that failed and every lane started after it
+)
+
+func (s Strategy) String() string {
+	switch s {
+	case AllForOne:
+		return "all-for-one"
+	case RestForOne:
+		return "rest-for-one"
+	}
+	return "one-for-one"
+}
+
+// Backoff spaces restarts: the n-th restart in a row waits min(Max, Min·2ⁿ⁻¹), plus up to
+// Jitter of that at random. A lane that has served for Reset counts as fresh again.
+type Backoff struct {
+	Min    time.Duration // first delay (default 1ms; negative: no delay)
+	Max    time.Duration // cap before jitter (default 2s)
+	Jitter float64       // fraction added at random, in [0,1] (default 0.1; negative: none)
+	Reset  time.Duration // quiet period after which the count starts over (default Period)
+}
+
+// Policy is a pool's supervision policy. The zero value restarts crashed lanes one at a time,
+// at most 5 times in 10 s per lane, after 1 ms, 2 ms, 4 ms … up to 2 s.
+type Policy struct {
+	Type     RestartType
+	Strategy Strategy
+	// MaxRestarts is how many restarts a lane may have within Period before the supervisor
+	// gives it up (default 5; negative: no limit).
+	MaxRestarts int
+	// Period is the intensity window (default 10s).
+	Period  time.Duration
+	Backoff Backoff
+}
+
+// Defaults.
+const (
+	DefaultMaxRestarts = 5
+	DefaultPeriod      = 10 * time.Second
+	DefaultBackoffMin  = time.Millisecond
+	DefaultBackoffMax  = 2 * time.Second
+	DefaultJitter      = 0.1
+)
+
+// WithDefaults fills in the documented defaults.
+func (p Policy) WithDefaults() Policy {
+	if p.MaxRestarts == 0 {
+		p.MaxRestarts = DefaultMaxRestarts
+	}
+	if p.Period <= 0 {
+		p.Period = DefaultPeriod
+	}
+	b := &p.Backoff
+	switch {
+	case b.Min == 0:
+		b.Min = DefaultBackoffMin
+	case b.Min < 0:
+		b.Min = 0
+	}
+	if b.Max <= 0 {
+		b.Max = DefaultBackoffMax
+	}
+	b.Max = max(b.Max, b.Min)
+	switch {
+	case b.Jitter == 0:
+		b.Jitter = DefaultJitter
+	case b.Jitter < 0:
+		b.Jitter = 0
+	case b.Jitter > 1:
+		b.Jitter = 1
+	}
+	if b.Reset <= 0 {
+		b.Reset = p.Period
+	}
+	return p
+}
+
+// Delay is the wait before the n-th restart in a row (n ≥ 1); r is a random number in [0,1).
+func (b Backoff) Delay(n int, r float64) time.Duration {
+	d := b.Min
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	return d + time.Duration(float64(d)*b.Jitter*r)
+}
+
+// End is how a lane incarnation ended.
+type End struct {
+	Err    *lifecycle.Error // the classified end
+	Normal bool             // it ended on its own with success (exit status 0, or its goroutine returned)
+}
+
+// ShouldRestart reports whether a lane that ended so is restarted under t. An end the host
+// asked for (THREAD_CLOSED) never is.
+func ShouldRestart(t RestartType, e End) bool {
+	switch {
+	case t == Temporary, e.Err != nil && e.Err.Code == lifecycle.CodeThreadClosed:
+		return false
+	case t == Permanent:
+		return true
+	}
+	return !e.Normal
+}
+
+// stateOf is the state a lane is in after it ended with code.
+func stateOf(c lifecycle.Code) State {
+	switch c {
+	case lifecycle.CodeThreadClosed:
+		return Closed
+	case lifecycle.CodeStartupFailed:
+		return StartupFailed
+	case lifecycle.CodeWorkerExited:
+		return Exited
+	}
+	return Crashed
+}
+
+// State is where a lane is in its life.
+type State int
+
+// States. A lane goes booting → ready → stopping → closed, or ends crashed, exited or
+// startup_failed; the supervisor then has it restarting (and booting again as a new
+// incarnation) or dead. The pool itself reports failed (Lane -1) when no lane is left.
+const (
+	Booting State = iota
+	Ready
+	Stopping
+	Closed
+	Crashed
+	Exited
+	StartupFailed
+	Restarting
+	Dead
+	Failed
+)
+
+var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// Event is one lifecycle transition.
+type Event struct {
+	Lane        int // -1 for the pool
+	Incarnation int // 0 for a lane's first start
+	From, To    State
+	Code        lifecycle.Code // the classified end, when the transition is one
+	Reason      string
+	Delay       time.Duration // with To == Restarting: the backoff before the restart
+	Time        time.Time
+}

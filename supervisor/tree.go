@@ -1,0 +1,564 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/knitgo/knit/lifecycle"
+)
+
+// Worker is one incarnation of a lane, as its lane actor sees it.
+type Worker interface {
+	// Ended is closed once the worker has ended, every call it held is settled and its
+	// resources are released.
+	Ended() <-chan struct{}
+	// End is how it ended; valid once Ended is closed.
+	End() End
+	// Stop runs the stop protocol (request, acknowledgement timeout, kill) and returns once
+	// the worker has ended; it reports whether the worker acknowledged in time.
+	Stop() (acked bool)
+}
+
+// Host is what a tree supervises: the pool.
+type Host interface {
+	// StartLane starts incarnation inc of a lane and returns once it is ready to serve, or
+	// with its startup error (a *lifecycle.Error).
+	StartLane(lane, inc int) (Worker, error)
+	// Event reports a transition. Events of one tree are reported one at a time, in order.
+	Event(Event)
+	// Failed reports that the supervisor gave up: no lane is left.
+	Failed(err error)
+}
+
+// Config configures a tree.
+type Config struct {
+	Lanes  int
+	Policy Policy // defaults applied by Start
+	// System is the actor system to run in; nil starts one that Close shuts down.
+	System *actor.ActorSystem
+	// Parent, if set, is told with a *PoolFailed message when the tree gives up.
+	Parent *actor.PID
+	Name   string             // the pool actor's name (unique in System)
+	Rand   func() float64     // jitter source (default math/rand/v2.Float64)
+	Logger actor.ConfigOption // for an own system: typically actor.WithLoggerFactory
+}
+
+// PoolFailed is sent to Config.Parent when no lane is left.
+type PoolFailed struct {
+	Pool *actor.PID
+	Err  error
+}
+
+// Tree is a running supervision tree.
+type Tree struct {
+	cfg    Config
+	host   Host
+	sys    *actor.ActorSystem
+	own    bool
+	pid    *actor.PID
+	lanes  []*laneInfo
+	evMu   sync.Mutex
+	booted chan error
+	closed sync.Once
+	unack  []int
+}
+
+// laneInfo is what outlives a lane's incarnations.
+type laneInfo struct {
+	idx int
+	pid *actor.PID
+
+	mu          sync.Mutex
+	state       State
+	incarnation int
+	restarts    int
+
+	gen atomic.Int64 // bumped by the pool actor at every restart it orders
+
+	// pool actor only
+	mode     mode
+	group    *group      // the restart it waits for (stopping, waiting)
+	failures []time.Time // within Period
+	streak   int         // restarts in a row, for backoff
+	upSince  time.Time   // when its incarnation became ready
+}
+
+type mode int
+
+const (
+	live     mode = iota // booting or serving
+	stopping             // being stopped so that it restarts with a failed lane
+	waiting              // ended, waiting for its group's restart
+	dead                 // given up, not to be restarted, or closed
+)
+
+// group is the lanes that restart together after one failure.
+type group struct {
+	cause   int // the lane that failed
+	lanes   []int
+	pending int // lanes still stopping
+	delay   time.Duration
+	timer   *time.Timer
+}
+
+// Start spawns the tree and boots every lane, in parallel. It returns once all are ready, or
+// with the first startup error (the tree is then closed).
+func Start(cfg Config, h Host) (*Tree, error) {
+	cfg.Policy = cfg.Policy.WithDefaults()
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	t := &Tree{cfg: cfg, host: h, sys: cfg.System, booted: make(chan error, 1)}
+	if t.sys == nil {
+		var opts []actor.ConfigOption
+		if cfg.Logger != nil {
+			opts = append(opts, cfg.Logger)
+		}
+		t.sys, t.own = actor.NewActorSystem(opts...), true
+	}
+	for i := range cfg.Lanes {
+		t.lanes = append(t.lanes, &laneInfo{idx: i})
+	}
+	pa := &poolActor{t: t, booting: cfg.Lanes}
+	props := actor.PropsFromProducer(func() actor.Actor { return pa }, actor.WithSupervisor(pa))
+	var err error
+	if cfg.Name != "" {
+		t.pid, err = t.sys.Root.SpawnNamed(props, cfg.Name)
+	} else {
+		t.pid = t.sys.Root.Spawn(props)
+	}
+	if err != nil {
+		if t.own {
+			t.sys.Shutdown()
+		}
+		return nil, fmt.Errorf("supervisor: spawning the pool actor: %w", err)
+	}
+	if err := <-t.booted; err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// PID is the pool actor: application actors may watch it.
+func (t *Tree) PID() *actor.PID { return t.pid }
+
+// LaneState is a lane's state, incarnation and number of restarts.
+func (t *Tree) LaneState(i int) (State, int, int) {
+	ln := t.lanes[i]
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.state, ln.incarnation, ln.restarts
+}
+
+// Close stops accepting restarts, stops every lane in reverse start order and then the
+// actors. It returns the lanes that did not acknowledge their stop request. Idempotent.
+func (t *Tree) Close() (unacked []int) {
+	t.closed.Do(func() {
+		done := make(chan []int, 1)
+		t.sys.Root.Send(t.pid, &closeTree{done: done})
+		t.unack = <-done
+		_ = t.sys.Root.StopFuture(t.pid).Wait()
+		if t.own {
+			t.sys.Shutdown()
+		}
+	})
+	return t.unack
+}
+
+// transition records a lane's new state and reports it.
+func (t *Tree) transition(ln *laneInfo, inc int, to State, code lifecycle.Code, reason string, delay time.Duration) {
+	t.evMu.Lock()
+	defer t.evMu.Unlock()
+	ln.mu.Lock()
+	from := ln.state
+	ln.state, ln.incarnation = to, inc
+	if to == Restarting {
+		ln.restarts++
+	}
+	ln.mu.Unlock()
+	t.host.Event(Event{Lane: ln.idx, Incarnation: inc, From: from, To: to, Code: code, Reason: reason, Delay: delay, Time: time.Now()})
+}
+
+func (t *Tree) incarnation(ln *laneInfo) int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.incarnation
+}
+
+// Failure is what a lane actor escalates to the pool actor when its lane ends on its own.
+type Failure struct {
+	Lane, Incarnation int
+	End               End
+}
+
+func (f *Failure) Error() string { return fmt.Sprintf("lane %d incarnation %d: %v", f.Lane, f.Incarnation, f.End.Err) }
+
+// messages
+type (
+	booted struct {
+		w   Worker
+		err error
+	}
+	ended     struct{}
+	stopDone  struct{ acked bool }
+	stopLane  struct{ gen int64 }
+	laneUp    struct{ lane int }
+	laneDown  struct{ lane int; err error } // an initial boot failed
+	laneStop  struct{ lane int; gen int64; acked bool }
+	restartGo struct{ g *group }
+	closeTree struct{ done chan []int }
+)
+
+// laneActor owns one incarnation at a time; protoactor makes a fresh one per restart.
+type laneActor struct {
+	t      *Tree
+	ln     *laneInfo
+	gen    int64
+	inc    int
+	w      Worker
+	phase  phase
+	stop   bool // the pool asked for a stop
+	acked  bool
+	ended  bool
+	halted bool // Stop returned
+}
+
+type phase int
+
+const (
+	phaseBooting phase = iota
+	phaseUp
+	phaseStopping
+	phaseDown
+)
+
+func (a *laneActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.gen = a.ln.gen.Load()
+		a.inc = 0
+		if a.gen > 0 {
+			a.inc = a.t.incarnation(a.ln) + 1
+		}
+		a.t.transition(a.ln, a.inc, Booting, "", "", 0)
+		self, root, host, idx, inc := ctx.Self(), ctx.ActorSystem().Root, a.t.host, a.ln.idx, a.inc
+		go func() {
+			w, err := host.StartLane(idx, inc)
+			root.Send(self, &booted{w: w, err: err})
+		}()
+	case *booted:
+		a.booted(ctx, m)
+	case *stopLane:
+		if m.gen < a.gen {
+			return // meant for an earlier incarnation
+		}
+		a.stop = true
+		switch a.phase {
+		case phaseUp:
+			a.beginStop(ctx)
+		case phaseDown:
+			a.reportStopped(ctx)
+		}
+	case *stopDone:
+		a.acked, a.halted = m.acked, true
+		a.maybeStopped(ctx)
+	case *ended:
+		a.ended = true
+		end := a.w.End()
+		code, reason := lifecycle.Code(""), ""
+		if end.Err != nil {
+			code, reason = end.Err.Code, end.Err.Message
+		}
+		a.t.transition(a.ln, a.inc, stateOf(code), code, reason, 0)
+		if a.stop {
+			a.maybeStopped(ctx)
+			return
+		}
+		a.phase = phaseDown
+		escalate(ctx, &Failure{Lane: a.ln.idx, Incarnation: a.inc, End: end})
+	}
+}
+
+func (a *laneActor) booted(ctx actor.Context, m *booted) {
+	if m.err != nil {
+		a.phase = phaseDown
+		le := asLifecycle(m.err, a.ln.idx)
+		a.t.transition(a.ln, a.inc, StartupFailed, le.Code, le.Message, 0)
+		switch {
+		case a.stop:
+			a.reportStopped(ctx)
+		case a.gen == 0:
+			ctx.Send(ctx.Parent(), &laneDown{lane: a.ln.idx, err: m.err})
+		default:
+			escalate(ctx, &Failure{Lane: a.ln.idx, Incarnation: a.inc, End: End{Err: le}})
+		}
+		return
+	}
+	a.w, a.phase = m.w, phaseUp
+	a.t.transition(a.ln, a.inc, Ready, "", "", 0)
+	ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
+	self, root, w := ctx.Self(), ctx.ActorSystem().Root, m.w
+	go func() {
+		<-w.Ended()
+		root.Send(self, &ended{})
+	}()
+	if a.stop {
+		a.beginStop(ctx)
+	}
+}
+
+func (a *laneActor) beginStop(ctx actor.Context) {
+	a.phase = phaseStopping
+	a.t.transition(a.ln, a.inc, Stopping, "", "stop requested", 0)
+	self, root, w := ctx.Self(), ctx.ActorSystem().Root, a.w
+	go func() { root.Send(self, &stopDone{acked: w.Stop()}) }()
+}
+
+// maybeStopped reports a requested stop once the worker has ended and Stop has returned.
+func (a *laneActor) maybeStopped(ctx actor.Context) {
+	if a.ended && a.halted {
+		a.phase = phaseDown
+		a.reportStopped(ctx)
+	}
+}
+
+func (a *laneActor) reportStopped(ctx actor.Context) {
+	ctx.Send(ctx.Parent(), &laneStop{lane: a.ln.idx, gen: a.gen, acked: a.acked || !a.halted})
+}
+
+func asLifecycle(err error, lane int) *lifecycle.Error {
+	var le *lifecycle.Error
+	if errors.As(err, &le) {
+		return le
+	}
+	return &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: lane, Message: err.Error(), Cause: err}
+}
+
+// poolActor is the lanes' parent and their SupervisorStrategy.
+type poolActor struct {
+	t       *Tree
+	booting int // lanes whose first boot has not reported
+	bootErr error
+	closing bool
+	order   []int // lanes still to stop at Close, in order
+	waitFor int   // the lane being stopped at Close, or -1
+	unacked []int
+	done    chan []int
+	failed  bool
+}
+
+func (p *poolActor) Receive(ctx actor.Context) {
+	t := p.t
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		for _, ln := range t.lanes {
+			ln.pid = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &laneActor{t: t, ln: ln} }))
+		}
+	case *laneUp:
+		t.lanes[m.lane].upSince = time.Now()
+		if p.booting > 0 {
+			p.booting--
+			p.bootDone()
+		}
+	case *laneDown:
+		t.lanes[m.lane].mode = dead
+		if p.bootErr == nil {
+			p.bootErr = m.err
+		}
+		p.booting--
+		p.bootDone()
+	case *laneStop:
+		p.laneStopped(ctx, m.lane, m.gen, m.acked)
+	case *restartGo:
+		p.restart(ctx, m.g)
+	case *closeTree:
+		p.closing, p.done, p.waitFor = true, m.done, -1
+		for _, ln := range t.lanes {
+			if g := ln.group; g != nil && g.timer != nil {
+				g.timer.Stop()
+			}
+		}
+		for i := len(t.lanes) - 1; i >= 0; i-- {
+			p.order = append(p.order, i)
+		}
+		p.closeNext()
+	}
+}
+
+func (p *poolActor) bootDone() {
+	if p.booting == 0 {
+		p.t.booted <- p.bootErr
+	}
+}
+
+// closeNext asks the next lane that may still have a worker to stop, or answers Close.
+func (p *poolActor) closeNext() {
+	for len(p.order) > 0 {
+		i := p.order[0]
+		p.order = p.order[1:]
+		ln := p.t.lanes[i]
+		if ln.mode == live || ln.mode == stopping {
+			p.waitFor = i
+			p.t.sys.Root.Send(ln.pid, &stopLane{gen: ln.gen.Load()})
+			return
+		}
+		ln.mode = dead
+	}
+	p.waitFor = -1
+	if p.done != nil {
+		p.done <- p.unacked
+		p.done = nil
+	}
+}
+
+func (p *poolActor) laneStopped(ctx actor.Context, lane int, gen int64, acked bool) {
+	ln := p.t.lanes[lane]
+	switch {
+	case gen < ln.gen.Load():
+		// a report from before a restart
+	case p.closing:
+		if lane == p.waitFor {
+			if !acked {
+				p.unacked = append(p.unacked, lane)
+			}
+			ln.mode = dead
+			p.closeNext()
+		}
+	case ln.mode == stopping:
+		p.wait(ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
+	}
+}
+
+// wait puts a stopped lane of a group in waiting; the last one starts the backoff.
+func (p *poolActor) wait(ln *laneInfo, reason string) {
+	g := ln.group
+	ln.mode = waiting
+	p.t.transition(ln, p.t.incarnation(ln), Restarting, "", reason, g.delay)
+	if ln.idx != g.cause {
+		g.pending--
+	}
+	if g.pending > 0 {
+		return
+	}
+	self, root := p.t.pid, p.t.sys.Root
+	if g.delay <= 0 {
+		root.Send(self, &restartGo{g: g})
+		return
+	}
+	g.timer = time.AfterFunc(g.delay, func() { root.Send(self, &restartGo{g: g}) })
+}
+
+// restart starts the next incarnation of a group's lanes, in start order.
+func (p *poolActor) restart(ctx actor.Context, g *group) {
+	if p.closing {
+		return
+	}
+	sup := ctx.(actor.Supervisor)
+	for _, i := range g.lanes {
+		ln := p.t.lanes[i]
+		if ln.mode != waiting || ln.group != g {
+			continue
+		}
+		ln.mode, ln.group = live, nil
+		ln.gen.Add(1)
+		sup.RestartChildren(ln.pid)
+	}
+}
+
+// HandleFailure implements actor.SupervisorStrategy: a lane ended on its own.
+func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ any) {
+	f, ok := reason.(*Failure)
+	if !ok { // not a lane failure: a bug in a lane actor; give the lane up
+		for _, ln := range p.t.lanes {
+			if ln.pid.Equal(child) {
+				p.giveUp(sup, ln, fmt.Sprintf("lane actor failed: %v", reason))
+			}
+		}
+		return
+	}
+	ln := p.t.lanes[f.Lane]
+	switch {
+	case p.closing:
+		ln.mode = dead
+		if f.Lane == p.waitFor {
+			p.closeNext()
+		}
+		return
+	case ln.mode == stopping: // it ended on its own while its group stopped it
+		p.wait(ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
+		return
+	}
+	pol := p.t.cfg.Policy
+	if !ShouldRestart(pol.Type, f.End) {
+		p.giveUp(sup, ln, fmt.Sprintf("not restarted (%s lane)", pol.Type))
+		return
+	}
+	now := time.Now()
+	kept := ln.failures[:0]
+	for _, at := range ln.failures {
+		if now.Sub(at) < pol.Period {
+			kept = append(kept, at)
+		}
+	}
+	ln.failures = append(kept, now)
+	if pol.MaxRestarts >= 0 && len(ln.failures) > pol.MaxRestarts {
+		p.giveUp(sup, ln, fmt.Sprintf("restart intensity reached: %d restarts within %v", pol.MaxRestarts, pol.Period))
+		return
+	}
+	if !ln.upSince.IsZero() && now.Sub(ln.upSince) >= pol.Backoff.Reset {
+		ln.streak = 0
+	}
+	ln.upSince = time.Time{}
+	ln.streak++
+	g := &group{cause: f.Lane, delay: pol.Backoff.Delay(ln.streak, p.t.cfg.Rand())}
+	for _, o := range p.t.lanes {
+		switch {
+		case o == ln:
+		case pol.Strategy == OneForOne, pol.Strategy == RestForOne && o.idx < ln.idx, o.mode != live:
+			continue
+		default:
+			o.mode, o.group = stopping, g
+			g.pending++
+			p.t.sys.Root.Send(o.pid, &stopLane{gen: o.gen.Load()})
+		}
+		g.lanes = append(g.lanes, o.idx)
+	}
+	ln.group = g
+	p.wait(ln, fmt.Sprintf("restart %d within %v", len(ln.failures), pol.Period))
+}
+
+// giveUp marks a lane dead; with none left the pool has failed.
+func (p *poolActor) giveUp(sup actor.Supervisor, ln *laneInfo, reason string) {
+	ln.mode = dead
+	p.t.transition(ln, p.t.incarnation(ln), Dead, "", reason, 0)
+	sup.StopChildren(ln.pid)
+	for _, o := range p.t.lanes {
+		if o.mode != dead {
+			return
+		}
+	}
+	if p.failed {
+		return
+	}
+	p.failed = true
+	err := &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "the supervisor gave up every lane: " + reason}
+	p.t.host.Failed(err)
+	p.t.evMu.Lock()
+	p.t.host.Event(Event{Lane: -1, From: Ready, To: Failed, Code: err.Code, Reason: err.Message, Time: time.Now()})
+	p.t.evMu.Unlock()
+	if parent := p.t.cfg.Parent; parent != nil {
+		p.t.sys.Root.Send(parent, &PoolFailed{Pool: p.t.pid, Err: err})
+	}
+}
+
+// escalate reports a lane failure to the pool actor, through protoactor's supervision.
+func escalate(ctx actor.Context, f *Failure) {
+	ctx.(actor.Supervisor).EscalateFailure(f, nil)
+}

@@ -1,0 +1,362 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/goleak"
+
+	"github.com/knitgo/knit/lifecycle"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeWorker is a lane the test ends at will.
+type fakeWorker struct {
+	lane, inc  int
+	ignoreStop bool
+	once       sync.Once
+	ended      chan struct{}
+	end        End
+}
+
+func (w *fakeWorker) Ended() <-chan struct{} { return w.ended }
+func (w *fakeWorker) End() End               { return w.end }
+func (w *fakeWorker) finish(e End)           { w.once.Do(func() { w.end = e; close(w.ended) }) }
+func (w *fakeWorker) Stop() bool {
+	msg := "lane stopped (exit status 0)"
+	if w.ignoreStop {
+		msg = "lane stopped (killed by signal SIGKILL)"
+	}
+	w.finish(End{Err: &lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: w.lane, Message: msg}})
+	return !w.ignoreStop
+}
+
+type fakeHost struct {
+	mu        sync.Mutex
+	workers   map[int][]*fakeWorker
+	startErr  func(lane, inc int) error
+	ignore    map[int]bool
+	cond      *sync.Cond
+	all       []Event
+	failedErr error
+}
+
+func newFakeHost() *fakeHost {
+	h := &fakeHost{workers: map[int][]*fakeWorker{}, ignore: map[int]bool{}}
+	h.cond = sync.NewCond(&h.mu)
+	return h
+}
+
+func (h *fakeHost) StartLane(lane, inc int) (Worker, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.startErr != nil {
+		if err := h.startErr(lane, inc); err != nil {
+			return nil, err
+		}
+	}
+	w := &fakeWorker{lane: lane, inc: inc, ended: make(chan struct{}), ignoreStop: h.ignore[lane]}
+	h.workers[lane] = append(h.workers[lane], w)
+	return w, nil
+}
+
+func (h *fakeHost) Event(e Event) {
+	h.mu.Lock()
+	h.all = append(h.all, e)
+	h.cond.Broadcast()
+	h.mu.Unlock()
+}
+
+func (h *fakeHost) Failed(err error) {
+	h.mu.Lock()
+	h.failedErr = err
+	h.mu.Unlock()
+}
+
+func (h *fakeHost) worker(lane int) *fakeWorker {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ws := h.workers[lane]
+	return ws[len(ws)-1]
+}
+
+// await waits for lane's incarnation inc to reach state to (the supervisor reports every
+// transition, so this is an event, not a poll) and returns the event.
+func (h *fakeHost) await(t *testing.T, lane, inc int, to State) Event {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for {
+		for _, e := range h.all {
+			if e.Lane == lane && e.To == to && (inc < 0 || e.Incarnation == inc) {
+				return e
+			}
+		}
+		h.cond.Wait()
+	}
+}
+
+// transitions lists the states lane went through, in order.
+func (h *fakeHost) transitions(lane int) []State {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var s []State
+	for _, e := range h.all {
+		if e.Lane == lane {
+			s = append(s, e.To)
+		}
+	}
+	return s
+}
+
+func crash() End {
+	return End{Err: &lifecycle.Error{Code: lifecycle.CodeWorkerCrashed, Message: "killed by signal SIGKILL"}}
+}
+
+func exit(status int) End {
+	return End{Err: &lifecycle.Error{Code: lifecycle.CodeWorkerExited, Message: fmt.Sprintf("exit status %d", status)}, Normal: status == 0}
+}
+
+func start(t *testing.T, lanes int, pol Policy, h *fakeHost) *Tree {
+	t.Helper()
+	tr, err := Start(Config{Lanes: lanes, Policy: pol, Rand: func() float64 { return 0.5 }, Logger: quiet}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+var quiet = actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+	return slog.New(slog.DiscardHandler)
+})
+
+var fast = Backoff{Min: -1, Jitter: -1}
+
+func TestStrategies(t *testing.T) {
+	for _, tc := range []struct {
+		s         Strategy
+		restarted []bool // per lane of 4, after lane 1 crashes
+	}{
+		{OneForOne, []bool{false, true, false, false}},
+		{AllForOne, []bool{true, true, true, true}},
+		{RestForOne, []bool{false, true, true, true}},
+	} {
+		t.Run(tc.s.String(), func(t *testing.T) {
+			h := newFakeHost()
+			tr := start(t, 4, Policy{Strategy: tc.s, Backoff: fast}, h)
+			h.worker(1).finish(crash())
+			for i, want := range tc.restarted {
+				if !want {
+					continue
+				}
+				h.await(t, i, 1, Ready)
+			}
+			for i, want := range tc.restarted {
+				got := h.transitions(i)
+				if !want {
+					if len(got) != 2 {
+						t.Errorf("lane %d should be untouched, went %v", i, got)
+					}
+					continue
+				}
+				wantSeq := []State{Booting, Ready, Crashed, Restarting, Booting, Ready}
+				if i != 1 {
+					wantSeq = []State{Booting, Ready, Stopping, Closed, Restarting, Booting, Ready}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(wantSeq) {
+					t.Errorf("lane %d went %v, want %v", i, got, wantSeq)
+				}
+			}
+			if un := tr.Close(); len(un) != 0 {
+				t.Errorf("unacked %v", un)
+			}
+		})
+	}
+}
+
+func TestRestartTypes(t *testing.T) {
+	ends := map[string]End{"exit 0": exit(0), "exit 3": exit(3), "crash": crash(),
+		"startup": {Err: &lifecycle.Error{Code: lifecycle.CodeStartupFailed}}}
+	want := map[RestartType]map[string]bool{
+		Permanent: {"exit 0": true, "exit 3": true, "crash": true, "startup": true},
+		Transient: {"exit 0": false, "exit 3": true, "crash": true, "startup": true},
+		Temporary: {"exit 0": false, "exit 3": false, "crash": false, "startup": false},
+	}
+	for typ, cases := range want {
+		for name, restart := range cases {
+			if got := ShouldRestart(typ, ends[name]); got != restart {
+				t.Errorf("%v after %s: restart %v, want %v", typ, name, got, restart)
+			}
+		}
+		if ShouldRestart(typ, End{Err: &lifecycle.Error{Code: lifecycle.CodeThreadClosed}}) {
+			t.Errorf("%v restarts a lane the host stopped", typ)
+		}
+	}
+	// And through the tree: a transient lane that exits 0 is not restarted.
+	h := newFakeHost()
+	tr := start(t, 2, Policy{Backoff: fast}, h)
+	h.worker(0).finish(exit(0))
+	e := h.await(t, 0, -1, Dead)
+	if e.Reason == "" {
+		t.Error("dead without a reason")
+	}
+	h.worker(1).finish(exit(3))
+	h.await(t, 1, 1, Ready)
+	tr.Close()
+}
+
+func TestIntensityAndBackoffSchedule(t *testing.T) {
+	h := newFakeHost()
+	sys := actor.NewActorSystem(quiet)
+	defer sys.Shutdown()
+	told := make(chan *PoolFailed, 1)
+	parent := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if m, ok := c.Message().(*PoolFailed); ok {
+			told <- m
+		}
+	}))
+	pol := Policy{MaxRestarts: 5, Period: time.Hour,
+		Backoff: Backoff{Min: time.Millisecond, Max: 4 * time.Millisecond, Jitter: -1, Reset: time.Hour}}
+	tr, err := Start(Config{Lanes: 1, Policy: pol, System: sys, Parent: parent, Name: "pool"}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for inc := 0; inc <= 5; inc++ {
+		h.await(t, 0, inc, Ready)
+		h.worker(0).finish(crash())
+	}
+	if e := h.await(t, 0, 5, Dead); e.Reason == "" {
+		t.Error("given up without a reason")
+	}
+	var delays []time.Duration
+	h.mu.Lock()
+	for _, e := range h.all {
+		if e.To == Restarting {
+			delays = append(delays, e.Delay)
+		}
+	}
+	h.mu.Unlock()
+	want := []time.Duration{1, 2, 4, 4, 4}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if fmt.Sprint(delays) != fmt.Sprint(want) {
+		t.Errorf("backoff schedule %v, want %v", delays, want)
+	}
+	h.await(t, -1, 0, Failed)
+	m := <-told
+	if !errors.Is(m.Err, lifecycle.ErrPoolUnavailable) || !m.Pool.Equal(tr.PID()) {
+		t.Errorf("parent told %v", m)
+	}
+	h.mu.Lock()
+	if h.failedErr == nil {
+		t.Error("host not told")
+	}
+	h.mu.Unlock()
+	tr.Close()
+	_ = sys.Root.StopFuture(parent).Wait()
+}
+
+func TestBackoffDelay(t *testing.T) {
+	b := Policy{Backoff: Backoff{Min: 10 * time.Millisecond, Max: time.Second, Jitter: 0.5}}.WithDefaults().Backoff
+	prev := time.Duration(0)
+	for n := 1; n < 20; n++ {
+		lo, hi := b.Delay(n, 0), b.Delay(n, 0.999999)
+		if lo < prev || lo > b.Max || hi > b.Max+b.Max/2 || hi < lo {
+			t.Fatalf("n=%d: delay in [%v,%v] after %v", n, lo, hi, prev)
+		}
+		prev = lo
+	}
+	if b.Delay(1, 0) != 10*time.Millisecond || b.Delay(30, 0) != time.Second {
+		t.Errorf("first %v, capped %v", b.Delay(1, 0), b.Delay(30, 0))
+	}
+}
+
+func TestBackoffResetsAfterQuietPeriod(t *testing.T) {
+	h := newFakeHost()
+	// Reset of one nanosecond: every incarnation that became ready counts as quiet.
+	pol := Policy{Backoff: Backoff{Min: time.Millisecond, Max: time.Second, Jitter: -1, Reset: 1}}
+	tr := start(t, 1, pol, h)
+	for inc := range 3 {
+		h.await(t, 0, inc, Ready)
+		h.worker(0).finish(crash())
+		if e := h.await(t, 0, inc, Restarting); e.Delay != time.Millisecond {
+			t.Errorf("delay %v after a quiet period", e.Delay)
+		}
+	}
+	tr.Close()
+}
+
+func TestCloseStopsInReverseOrderAndNamesUnacked(t *testing.T) {
+	h := newFakeHost()
+	h.ignore[1] = true
+	tr := start(t, 3, Policy{}, h)
+	for i := range 3 {
+		h.await(t, i, 0, Ready)
+	}
+	if un := tr.Close(); fmt.Sprint(un) != "[1]" {
+		t.Errorf("unacked %v", un)
+	}
+	var order []int
+	h.mu.Lock()
+	for _, e := range h.all {
+		if e.To == Stopping {
+			order = append(order, e.Lane)
+		}
+		if e.To == Closed && e.Code != lifecycle.CodeThreadClosed {
+			t.Errorf("closed with %v", e.Code)
+		}
+	}
+	h.mu.Unlock()
+	if fmt.Sprint(order) != "[2 1 0]" {
+		t.Errorf("stop order %v", order)
+	}
+}
+
+func TestStartupFailureClosesTree(t *testing.T) {
+	h := newFakeHost()
+	h.startErr = func(lane, inc int) error {
+		if lane == 1 {
+			return &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: 1, Message: "boom"}
+		}
+		return nil
+	}
+	_, err := Start(Config{Lanes: 3, Logger: quiet}, h)
+	if !errors.Is(err, lifecycle.ErrStartupFailed) {
+		t.Fatalf("err %v", err)
+	}
+	for _, l := range []int{0, 2} {
+		if s := h.transitions(l); s[len(s)-1] != Closed {
+			t.Errorf("lane %d left in %v", l, s)
+		}
+	}
+}
+
+func TestRestartStartupFailureCountsTowardIntensity(t *testing.T) {
+	h := newFakeHost()
+	pol := Policy{MaxRestarts: 2, Period: time.Hour, Backoff: fast}
+	tr := start(t, 2, pol, h)
+	h.mu.Lock()
+	h.startErr = func(lane, inc int) error {
+		if lane == 0 && inc > 0 {
+			return errors.New("no luck")
+		}
+		return nil
+	}
+	h.mu.Unlock()
+	h.worker(0).finish(crash())
+	h.await(t, 0, -1, Dead)
+	if got := h.transitions(0); fmt.Sprint(got) != fmt.Sprint([]State{Booting, Ready, Crashed, Restarting, Booting, StartupFailed, Restarting, Booting, StartupFailed, Dead}) {
+		t.Errorf("lane 0 went %v", got)
+	}
+	if s, _, _ := tr.LaneState(1); s != Ready {
+		t.Errorf("lane 1 %v", s)
+	}
+	tr.Close()
+}
