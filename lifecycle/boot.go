@@ -12,7 +12,9 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
+	"go.uber.org/zap"
 )
 
 // Environment of a lane process.
@@ -62,26 +64,43 @@ func IsLane() bool { return os.Getenv(EnvLane) != "" }
 // Serve runs a lane process from its boot record and returns its exit status: it maps the
 // region, checks magic, version, layout and every task fingerprint, marks itself ready and
 // serves until the host asks it to stop.
+//
+// It logs JSON lines (logging.LaneLogger) to stderr in the lifecycle namespace, which the
+// host re-emits on its own timeline: "lane booting", "lane ready" and "stop acknowledged" at
+// Debug (KNIT_DEBUG=lifecycle), and every failure at Error. A failure is also written as the
+// plain line "knit lane N: reason" it always was (and a crashing panic as the runtime's
+// "panic: ..." text), so that the stderr tail of a startup failure or crash report reads the
+// same whether or not the host parses the JSON lines.
 func Serve() int {
 	var b Boot
-	if err := json.Unmarshal([]byte(os.Getenv(EnvBoot)), &b); err != nil {
-		fmt.Fprintf(os.Stderr, "knit lane: bad boot record: %v\n", err)
+	bootErr := json.Unmarshal([]byte(os.Getenv(EnvBoot)), &b)
+	log := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
+		time.Unix(0, b.Epoch), logging.ParseDebug(b.Debug)).Named(logging.Lifecycle)
+	if bootErr != nil {
+		log.Error("bad boot record", zap.Error(bootErr))
+		fmt.Fprintf(os.Stderr, "knit lane: bad boot record: %v\n", bootErr)
+		return ExitBoot
+	}
+	log.Debug("lane booting", zap.Uint32("version", b.Version), zap.Int("tasks", len(b.Tasks)),
+		zap.Bool("named_shm", b.Shm != ""))
+	bootFailed := func(err error) int {
+		log.Error("lane boot failed", zap.Error(err))
+		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
 		return ExitBoot
 	}
 	mp, err := mapRegion(b)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
-		return ExitBoot
+		return bootFailed(err)
 	}
 	// The mapping stays until the process exits: the host unmaps its side only then.
 	region, err := fastpath.OpenRegion(mp.Bytes())
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
-		return ExitBoot
+		return bootFailed(err)
 	}
 	fail := func(format string, args ...any) int {
 		msg := fmt.Sprintf(format, args...)
 		region.SetFatal(msg)
+		log.Error("lane boot failed", zap.String("error", msg))
 		fmt.Fprintf(os.Stderr, "knit lane %d: %s\n", b.Lane, msg)
 		return ExitBoot
 	}
@@ -111,17 +130,22 @@ func Serve() int {
 	}
 	region.Boot().Store(fastpath.BootReady)
 	_ = done.Signal() // the host's reaper waits on this doorbell for readiness too
+	log.Debug("lane ready", zap.Duration("spin", exec.Spin), zap.Duration("park", exec.Park))
 	err = exec.Run()
 	aborts.stop()
 	var pe *actors.PanicError
 	if errors.As(err, &pe) { // PanicCrashesLane: die the way an unrecovered panic does
+		log.Error("task panicked: the lane crashes (PanicCrashesLane)")
 		fmt.Fprintf(os.Stderr, "panic: %v\n\n%s\n", pe.Value, pe.Stack)
 		return 2
 	}
 	if err != nil {
+		log.Error("lane leaving: protocol error", zap.Error(err))
 		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
 		return ExitProtocol
 	}
+	// Run returns nil only after it stored StopAcknowledged.
+	log.Debug("stop acknowledged")
 	return ExitStopped
 }
 
