@@ -9,13 +9,18 @@ import (
 
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/internal/spin"
+	"github.com/knitgo/knit/lifecycle"
 )
 
 // Future is the pending result of a call started with Task.Go.
 type Future[Out any] = actors.Future[Out]
 
-// errTaskTimeout is the cancellation cause of a task's own Timeout.
-var errTaskTimeout = errors.New("knit: task timeout")
+// errTaskTimeout and errHardTimeout are the cancellation causes of a task's own Timeout
+// and HardTimeout.
+var (
+	errTaskTimeout = errors.New("knit: task timeout")
+	errHardTimeout = errors.New("knit: task hard timeout")
+)
 
 // Call runs the task on one of the pool's lanes and waits for its result. Cancelling ctx
 // settles the call at once with an error wrapping ctx.Err() and cancels the task's context.
@@ -95,8 +100,10 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		expire = func() { t.expire(ctx, p, r) }
 	}
 	if p.futures.Add(1) == 1 {
-		for _, l := range p.lanes {
-			l.kickReaper()
+		for i := range p.lanes {
+			if l := p.lanes[i].Load(); l != nil {
+				l.kickReaper()
+			}
 		}
 	}
 	r.Attach(f, ctx, cancel, expire, &p.futures)
@@ -121,8 +128,13 @@ func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, 
 	if ctx.Err() != nil {
 		return ctx, nil, ctxError(ctx, t.def)
 	}
-	if d := t.def.Options().CallTimeout(); d > 0 {
-		ctx, cancel := context.WithTimeoutCause(ctx, d, errTaskTimeout)
+	o := t.def.Options()
+	if d := o.CallTimeout(); d > 0 {
+		cause := errTaskTimeout
+		if d == o.HardTimeout {
+			cause = errHardTimeout
+		}
+		ctx, cancel := context.WithTimeoutCause(ctx, d, cause)
 		return ctx, cancel, nil
 	}
 	return ctx, nil, nil
@@ -178,20 +190,31 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 // expire settles a call whose context ended before its result came, and asks a process
 // lane to interrupt it.
 func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In, Out]) {
-	if context.Cause(ctx) == errTaskTimeout && t.def.Options().HasDefault {
+	cause := context.Cause(ctx)
+	if isTimeout(cause) && t.def.Options().HasDefault {
 		r.Resolve(t.def.TimeoutValue())
 	} else {
 		_, err := t.failure(ctx, ctx.Err())
 		r.Fail(err)
 	}
-	if lane := r.Lane.Load(); lane >= 0 && int(lane) < len(p.lanes) && p.lanes[lane].proc != nil {
-		p.lanes[lane].raiseAbort(r.Abort.Load(), r.ID)
+	l := p.laneByKey(r.Lane.Load())
+	if l == nil || l.proc == nil {
+		return
 	}
+	if cause == errHardTimeout {
+		// The call overran its hard timeout on this lane: the lane is killed (its other
+		// calls settle with WORKER_CRASHED) and the supervisor restarts it.
+		l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), t.def.Options().HardTimeout)})
+		return
+	}
+	l.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)
 }
+
+func isTimeout(cause error) bool { return cause == errTaskTimeout || cause == errHardTimeout }
 
 // failure maps an error met before or while waiting, applying the task's timeout rules.
 func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
-	if context.Cause(ctx) == errTaskTimeout {
+	if isTimeout(context.Cause(ctx)) {
 		o := t.def.Options()
 		if o.HasDefault {
 			return t.def.TimeoutValue(), nil

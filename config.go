@@ -4,7 +4,10 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/supervisor"
 )
 
 // Runtime says what a lane is.
@@ -65,8 +68,12 @@ type Config struct {
 	// PanicCrashesLane makes a panicking task crash its lane instead of failing only its
 	// call with ErrTaskPanic.
 	PanicCrashesLane bool
-	// StopAckTimeout is how long Close waits for a lane to acknowledge its stop request
-	// (default 50ms).
+	// Restart is the supervision policy: which lane ends bring a lane back, which lanes
+	// restart together, how often and how soon. The zero value restarts a crashed lane on
+	// its own (Transient, OneForOne), at most 5 times in 10s, after 1ms, 2ms, 4ms … 2s.
+	Restart Restart
+	// StopAckTimeout is how long a lane has to acknowledge its stop request before it is
+	// killed (process) or abandoned (goroutine) (default 50ms).
 	StopAckTimeout time.Duration
 	// KillGrace is how long a process lane that ignored its stop request has between
 	// SIGTERM and SIGKILL (default 1s).
@@ -75,10 +82,73 @@ type Config struct {
 	StartupTimeout time.Duration
 	// Process configures process lanes.
 	Process ProcessConfig
-	// Logger receives knit's logs and the output of process lanes (default: warnings and
-	// lane output to stderr).
+	// Logger receives knit's logs and the output of process lanes; it decides their levels.
+	// Default: Info and above to stderr, plus Debug for the namespaces KNIT_DEBUG names
+	// (lifecycle, fastpath, steal, supervisor, codec, lane, or *).
 	Logger *zap.Logger
+	// ActorSystem runs the pool's supervision tree in an existing protoactor system, where
+	// application actors can watch Pool.PID. Default: a system of the pool's own.
+	ActorSystem *actor.ActorSystem
+	// Parent, if set, is sent a *PoolFailed message when the supervisor has given up every
+	// lane.
+	Parent *actor.PID
+	// OnEvent is called with every lifecycle transition, in order, from the supervisor's
+	// goroutines. It must not block and must not call Close.
+	OnEvent func(Event)
+	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
+	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
+	EventBuffer int
 }
+
+// Restart is a pool's supervision policy (see the supervisor package).
+type Restart = supervisor.Policy
+
+// Backoff spaces restarts: exponential from Min to Max with Jitter, reset after a quiet
+// period.
+type Backoff = supervisor.Backoff
+
+// RestartType says which ends of a lane bring it back.
+type RestartType = supervisor.RestartType
+
+// Restart types, as in OTP.
+const (
+	Transient = supervisor.Transient // restart after a crash or a non-zero exit (default)
+	Permanent = supervisor.Permanent // restart after any end the host did not ask for
+	Temporary = supervisor.Temporary // never restart
+)
+
+// Strategy says which lanes restart together.
+type Strategy = supervisor.Strategy
+
+// Strategies, as in OTP.
+const (
+	OneForOne  = supervisor.OneForOne  // only the lane that failed (default)
+	AllForOne  = supervisor.AllForOne  // every lane
+	RestForOne = supervisor.RestForOne // the lane that failed and the lanes after it
+)
+
+// Event is one lifecycle transition of a lane (Lane -1: the pool).
+type Event = supervisor.Event
+
+// State is where a lane is in its life.
+type State = supervisor.State
+
+// States.
+const (
+	StateBooting       = supervisor.Booting
+	StateReady         = supervisor.Ready
+	StateStopping      = supervisor.Stopping
+	StateClosed        = supervisor.Closed
+	StateCrashed       = supervisor.Crashed
+	StateExited        = supervisor.Exited
+	StateStartupFailed = supervisor.StartupFailed
+	StateRestarting    = supervisor.Restarting
+	StateDead          = supervisor.Dead
+	StateFailed        = supervisor.Failed // the pool: no lane is left
+)
+
+// PoolFailed is the message Config.Parent receives when the pool has failed.
+type PoolFailed = supervisor.PoolFailed
 
 // SharedMemoryMode says how a process lane receives its region.
 type SharedMemoryMode int
@@ -106,6 +176,7 @@ type ProcessConfig struct {
 
 const (
 	defaultBacklog     = 4096
+	defaultEventBuffer = 1024
 	defaultStopAck     = 50 * time.Millisecond
 	defaultProcessSpin = 50 * time.Microsecond
 )
@@ -116,6 +187,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Backlog <= 0 {
 		c.Backlog = defaultBacklog
+	}
+	if c.EventBuffer <= 0 {
+		c.EventBuffer = defaultEventBuffer
 	}
 	if c.StopAckTimeout <= 0 {
 		c.StopAckTimeout = defaultStopAck

@@ -11,6 +11,7 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/supervisor"
 )
 
 // Lane states.
@@ -35,6 +36,8 @@ type call struct {
 type lane struct {
 	p      *Pool
 	idx    int
+	inc    int   // incarnation: 0 for the first start, one more per restart
+	key    int32 // names this incarnation in call records: inc·lanes + idx
 	region *fastpath.Region
 
 	mu      sync.Mutex
@@ -69,11 +72,12 @@ type lane struct {
 	proc     *procLane // nil for goroutine lanes
 	started  bool      // the lane's goroutine or process was started: it will end by itself
 	unmapped bool      // under mu: the region is gone
+	normal   bool      // it ended on its own with success; set before ended is closed
 }
 
-func newLane(p *Pool, idx int) *lane {
+func newLane(p *Pool, idx, inc int) *lane {
 	return &lane{
-		p: p, idx: idx,
+		p: p, idx: idx, inc: inc, key: int32(inc*len(p.lanes) + idx),
 		backlog: make([]call, p.cfg.Backlog),
 		kick:    make(chan struct{}, 1),
 		acked:   make(chan struct{}),
@@ -90,7 +94,7 @@ func (l *lane) start() error {
 	}
 	cfg := l.p.cfg
 	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: 64, AbortBits: 1}
-	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, uint32(l.idx), 0, l.p.epoch.UnixNano())
+	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, uint32(l.idx), uint32(l.inc), l.p.epoch.UnixNano())
 	if err != nil {
 		return err
 	}
@@ -168,9 +172,9 @@ func (l *lane) enqueue(c call) {
 // accept counts c as held by this lane; called with mu held, before c is published, so a
 // lane that ends finds every call it held.
 func (l *lane) accept(c *call) {
-	c.lane.Store(int32(l.idx))
+	c.lane.Store(l.key)
 	if l.proc != nil && c.cancellable {
-		c.abort.Store(l.proc.allocAbort(c.id))
+		c.abort.Store(l.proc.allocAbort(c.def.Index(), c.id))
 	}
 	l.inflight.Add(1)
 	l.p.inflight.Add(1)
@@ -288,7 +292,7 @@ func (l *lane) settle(i int) error {
 		return err
 	}
 	if bit := int32(s.Abort()) - 1; bit >= 0 && l.proc != nil {
-		if err := l.freeAbort(bit, s.Call()); err != nil {
+		if err := l.freeAbort(bit, fn, s.Call()); err != nil {
 			return err
 		}
 	}
@@ -415,6 +419,7 @@ func (l *lane) end() {
 		e = &Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "lane failed", Cause: l.exitErr}
 	default:
 		e = &Error{Code: CodeWorkerExited, Lane: l.idx, Message: "lane returned without a stop request"}
+		l.normal = true
 	}
 	l.close(e, true)
 }
@@ -449,8 +454,9 @@ func (l *lane) close(e *Error, release bool) {
 	l.fenced.Store(true)
 	l.draining.Store(false)
 	held := 0
+	requeue := l.p.requeue
 	for _, d := range l.p.defs {
-		held += d.FailLane(l.p.id, int32(l.idx), e, release)
+		held += d.FailLane(l.p.id, l.key, e, release, requeue)
 	}
 	l.inflight.Add(int32(-held))
 	for range held {
@@ -466,4 +472,29 @@ func (l *lane) corrupt(err error) {
 		return
 	}
 	l.close(&Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "corrupt return ring", Cause: err}, false)
+}
+
+// Ended implements supervisor.Worker: closed once the lane has ended, its calls are settled
+// and, for a process lane, its process is reaped and its region unmapped.
+func (l *lane) Ended() <-chan struct{} {
+	if l.proc != nil {
+		return l.proc.gone
+	}
+	return l.ended
+}
+
+// Open implements supervisor.Worker: the lane takes calls from now on.
+func (l *lane) Open() {
+	l.p.lanes[l.idx].Store(l)
+	l.p.signal()
+}
+
+// End implements supervisor.Worker.
+func (l *lane) End() supervisor.End { return supervisor.End{Err: l.endError(), Normal: l.normal} }
+
+// Stop implements supervisor.Worker: the stop protocol, then the wait for Ended.
+func (l *lane) Stop() bool {
+	acked := l.stop()
+	<-l.Ended()
+	return acked
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
 )
@@ -34,8 +35,8 @@ type procLane struct {
 	killMu sync.Mutex
 	killed lifecycle.Exit // why the host killed it, if it did
 
-	// abort bits, under lane.mu: owner[bit] is the call id + 1 holding the bit.
-	abortOwner []uint32
+	// abort bits, under lane.mu: owner[bit] names the call holding the bit (abortOwner).
+	abortOwner []uint64
 	abortFree  []int32
 
 	final fastpath.StatsSnapshot // counters at the end, once the region is unmapped
@@ -56,7 +57,7 @@ func (l *lane) startProcess() error {
 	if err != nil {
 		return l.startErr("shared memory: %v", err)
 	}
-	if l.region, err = fastpath.NewRegion(pl.mp.Bytes(), layout, uint32(l.idx), 0, l.p.epoch.UnixNano()); err != nil {
+	if l.region, err = fastpath.NewRegion(pl.mp.Bytes(), layout, uint32(l.idx), uint32(l.inc), l.p.epoch.UnixNano()); err != nil {
 		pl.mp.Close()
 		return l.startErr("region: %v", err)
 	}
@@ -67,7 +68,7 @@ func (l *lane) startProcess() error {
 	for i := range layout.AbortBits {
 		pl.abortFree = append(pl.abortFree, int32(layout.AbortBits-1-i))
 	}
-	pl.abortOwner = make([]uint32, layout.AbortBits)
+	pl.abortOwner = make([]uint64, layout.AbortBits)
 	l.proc = pl
 	l.req, l.ret = l.region.Requests().Producer(), l.region.Returns().Consumer()
 	l.wake, l.done = l.region.LaneWake(), l.region.Returns().Completion()
@@ -80,7 +81,7 @@ func (l *lane) startProcess() error {
 		return l.startErr("%v", err)
 	}
 	l.started = true // from here on the lane ends through waitProcess
-	pl.output = newLaneOutput(l.p.log.With(zap.Int("lane", l.idx)))
+	pl.output = newLaneOutput(l.p.root, l.idx)
 	cmd.Stdout, cmd.Stderr = pl.output.writer(false), pl.output.writer(true)
 	if err := cmd.Start(); err != nil {
 		l.started = false
@@ -88,7 +89,9 @@ func (l *lane) startProcess() error {
 		return l.startErr("spawn %s: %v", cmd.Path, err)
 	}
 	pl.cmd, pl.pid = cmd, cmd.Process.Pid
-	l.p.log.Debug("lane spawned", zap.Int("lane", l.idx), zap.Int("pid", pl.pid))
+	if ce := logging.Debug(l.p.log, "lane spawned"); ce != nil {
+		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.Int("pid", pl.pid))
+	}
 	go l.waitProcess()
 	go l.reap()
 	return nil
@@ -111,7 +114,7 @@ func (l *lane) command(layout fastpath.Layout) (*exec.Cmd, error) {
 	}
 	argv = append(append([]string(nil), cfg.Process.Prefix...), argv...)
 	boot := lifecycle.Boot{
-		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: 0,
+		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
 		Epoch: l.p.epoch.UnixNano(), Debug: os.Getenv("KNIT_DEBUG"), PanicCrash: cfg.PanicCrashesLane,
 	}
@@ -217,17 +220,13 @@ func (l *lane) waitProcess() {
 	x.Failure = pl.output.failure
 	pl.output.mu.Unlock()
 	e := lifecycle.Classify(x)
+	l.normal = e.Code == CodeWorkerExited && x.Status == 0
 	l.close(e, true)
 	l.wakeReaper()
 	<-l.reaped
 	pl.final = l.region.Stats().Snapshot()
 	l.release()
 	close(pl.gone)
-	log := l.p.log.Debug
-	if e.Code != CodeThreadClosed {
-		log = l.p.log.Warn
-	}
-	log("lane ended", zap.Int("lane", l.idx), zap.Int("pid", pl.pid), zap.String("code", string(e.Code)), zap.String("reason", e.Message))
 }
 
 // release unmaps the region and closes the doorbell.
@@ -260,23 +259,26 @@ func (l *lane) endError() *Error {
 
 // allocAbort gives a cancellable call an abort bit (-1 when all are taken: the call can
 // then be settled by its caller but not interrupted in the lane). Called with mu held.
-func (pl *procLane) allocAbort(id uint32) int32 {
+func (pl *procLane) allocAbort(fn, id uint32) int32 {
 	n := len(pl.abortFree)
 	if n == 0 {
 		return -1
 	}
 	bit := pl.abortFree[n-1]
 	pl.abortFree = pl.abortFree[:n-1]
-	pl.abortOwner[bit] = id + 1
+	pl.abortOwner[bit] = abortOwner(fn, id)
 	return bit
 }
 
+// abortOwner names a call by task and record: record ids are per task.
+func abortOwner(fn, id uint32) uint64 { return uint64(fn)<<32 | uint64(id) + 1 }
+
 // raiseAbort sets a call's abort bit and rings the lane's abort doorbell, if the bit still
 // belongs to the call.
-func (l *lane) raiseAbort(bit int32, id uint32) {
+func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.proc == nil || l.unmapped || bit < 0 || int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != id+1 {
+	if l.proc == nil || l.unmapped || bit < 0 || int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != abortOwner(fn, id) {
 		return
 	}
 	l.region.Aborts().Set(int(bit))
@@ -286,10 +288,10 @@ func (l *lane) raiseAbort(bit int32, id uint32) {
 
 // freeAbort returns a settled call's abort bit. A bit the call does not hold means the lane
 // broke the protocol.
-func (l *lane) freeAbort(bit int32, id uint32) error {
+func (l *lane) freeAbort(bit int32, fn, id uint32) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != id+1 {
+	if int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != abortOwner(fn, id) {
 		return fmt.Errorf("%w: abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
 	}
 	l.proc.abortOwner[bit] = 0
@@ -301,7 +303,8 @@ func (l *lane) freeAbort(bit int32, id uint32) error {
 // laneOutput re-logs a lane's stdout and stderr line by line and keeps the last lines of
 // stderr for crash reports.
 type laneOutput struct {
-	log   *zap.Logger
+	log   *zap.Logger // with the lane's fields: plain lines
+	root  *zap.Logger // the pool's root logger: the lane's own JSON log lines
 	mu    sync.Mutex
 	lines []string // ring of the last tailKeep stderr lines
 	next  int
@@ -313,13 +316,19 @@ type laneOutput struct {
 
 const tailKeep = 64
 
-func newLaneOutput(log *zap.Logger) *laneOutput {
-	return &laneOutput{log: log, lines: make([]string, tailKeep)}
+func newLaneOutput(root *zap.Logger, lane int) *laneOutput {
+	return &laneOutput{root: root, log: root.Named(logging.Lane).With(zap.Int("lane", lane)), lines: make([]string, tailKeep)}
 }
 
 func (o *laneOutput) writer(stderr bool) *lineWriter { return &lineWriter{out: o, stderr: stderr} }
 
 func (o *laneOutput) line(s string, stderr bool) {
+	if e, ok := logging.ParseLaneLine(s); ok {
+		// The lane's own log line, re-emitted on the host's timeline. It stays out of the
+		// crash tail: the lane prints what matters there in plain text too.
+		e.Emit(o.root)
+		return
+	}
 	if stderr {
 		o.mu.Lock()
 		o.lines[o.next] = s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -12,28 +13,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/supervisor"
 )
-
-// defaultLogger logs warnings, and lane output, to stderr.
-func defaultLogger() *zap.Logger {
-	enc := zap.NewDevelopmentEncoderConfig()
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.InfoLevel)
-	return zap.New(core).Named("knit")
-}
 
 // Pool runs tasks on lanes. Make one with NewPool; it is safe for concurrent use.
 type Pool struct {
 	cfg     Config
-	log     *zap.Logger
+	root    *zap.Logger // knit's root logger
+	log     *zap.Logger // namespace lifecycle
 	id      uint64
 	epoch   time.Time
-	lanes   []*lane
+	lanes   []atomic.Pointer[lane] // each lane's current incarnation
+	tree    *supervisor.Tree
 	defs    []actors.Def // the pool's tasks
 	byIndex []actors.Def // registry index → task, nil for tasks not in the pool
 	rr      atomic.Uint32
@@ -43,6 +42,15 @@ type Pool struct {
 	inflight atomic.Int64
 	drained  chan struct{} // closed when closing and nothing is in flight
 	drainMu  sync.Once
+
+	changeMu sync.Mutex
+	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
+	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
+
+	events  chan Event
+	evMu    sync.Mutex // guards sends on events against its closing
+	evDone  bool
+	dropped atomic.Uint64
 
 	closeOnce sync.Once
 	closeDone chan struct{}
@@ -54,8 +62,13 @@ var poolIDs atomic.Uint64
 // Definition is a task that NewPool accepts: a *Task of any type.
 type Definition interface{ actorsDef() actors.Def }
 
-// NewPool starts a pool serving tasks.
-func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
+// NewPool starts a pool serving tasks: its supervision tree boots every lane, in parallel,
+// and NewPool returns once all are ready, or with the first startup error.
+func NewPool(cfg Config, tasks ...Definition) (*Pool, error) { return newPool(cfg, true, tasks...) }
+
+// newPool starts a pool; without supervised, its lanes run with no supervision tree (so that
+// benchmarks can show what the tree costs the call path: nothing, as it is never on it).
+func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if lifecycle.IsLane() {
 		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
@@ -64,11 +77,11 @@ func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
 		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
 	}
 	cfg = cfg.withDefaults()
-	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(), log: cfg.Logger,
-		drained: make(chan struct{}), closeDone: make(chan struct{})}
-	if p.log == nil {
-		p.log = defaultLogger()
-	}
+	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
+		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
+		lanes: make([]atomic.Pointer[lane], cfg.Lanes), events: make(chan Event, cfg.EventBuffer)}
+	p.root = logging.New(cfg.Logger, logging.DebugFromEnv())
+	p.log = p.root.Named(logging.Lifecycle)
 	all := actors.All()
 	p.byIndex = make([]actors.Def, len(all))
 	for _, t := range tasks {
@@ -78,30 +91,146 @@ func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
 			p.defs = append(p.defs, d)
 		}
 	}
-	for i := range cfg.Lanes {
-		p.lanes = append(p.lanes, newLane(p, i))
-	}
-	var failed error
-	for _, l := range p.lanes {
-		if failed = l.start(); failed != nil {
-			break
-		}
-	}
-	if failed == nil && cfg.Runtime == Process {
-		for _, l := range p.lanes {
-			if l.proc != nil {
-				if failed = l.awaitReady(); failed != nil {
-					break
-				}
+	if !supervised {
+		for i := range cfg.Lanes {
+			w, err := host{p}.StartLane(i, 0)
+			if err != nil {
+				p.stopLanes()
+				return nil, err
 			}
+			w.Open()
+		}
+		return p, nil
+	}
+	slogger := logging.Slog(p.root)
+	tree, err := supervisor.Start(supervisor.Config{
+		Lanes: cfg.Lanes, Policy: cfg.Restart, System: cfg.ActorSystem, Parent: cfg.Parent,
+		Name:   fmt.Sprintf("knit-pool-%d-%d", os.Getpid(), p.id),
+		Logger: actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
+	}, host{p})
+	if err != nil {
+		p.closing.Store(true)
+		p.closeEvents()
+		return nil, err
+	}
+	p.tree = tree
+	p.log.Debug("pool started", zap.Int("lanes", cfg.Lanes), zap.Stringer("runtime", cfg.Runtime))
+	return p, nil
+}
+
+// PID is the pool's supervisor actor, for application actors that watch it.
+func (p *Pool) PID() *actor.PID { return p.tree.PID() }
+
+// Events delivers every lifecycle transition, in order, until the pool is closed. Events
+// that find the channel full are dropped and counted (Config.OnEvent drops none).
+func (p *Pool) Events() <-chan Event { return p.events }
+
+// host is the pool as the supervision tree sees it.
+type host struct{ p *Pool }
+
+// StartLane implements supervisor.Host.
+func (h host) StartLane(idx, inc int) (supervisor.Worker, error) {
+	p := h.p
+	l := newLane(p, idx, inc)
+	if err := l.start(); err != nil {
+		return nil, err
+	}
+	if l.proc != nil {
+		if err := l.awaitReady(); err != nil {
+			<-l.proc.gone
+			return nil, err
 		}
 	}
-	if failed != nil {
-		_ = p.Close(context.Background())
-		return nil, failed
+	return l, nil
+}
+
+// Event implements supervisor.Host.
+func (h host) Event(e Event) {
+	p := h.p
+	if ce := p.log.Check(eventLevel(e), eventMessage(e)); ce != nil {
+		fields := []zap.Field{zap.Int("lane", e.Lane), zap.Int("incarnation", e.Incarnation), zap.Stringer("from", e.From)}
+		if e.Code != "" {
+			fields = append(fields, zap.String("code", string(e.Code)))
+		}
+		if e.Reason != "" {
+			fields = append(fields, zap.String("reason", e.Reason))
+		}
+		if e.To == StateRestarting {
+			fields = append(fields, zap.Duration("backoff", e.Delay))
+		}
+		ce.Write(fields...)
 	}
-	p.log.Debug("pool started", zap.Int("lanes", len(p.lanes)), zap.Stringer("runtime", cfg.Runtime))
-	return p, nil
+	if p.cfg.OnEvent != nil {
+		p.cfg.OnEvent(e)
+	}
+	p.evMu.Lock()
+	defer p.evMu.Unlock()
+	if p.evDone {
+		return
+	}
+	select {
+	case p.events <- e:
+	default:
+		p.dropped.Add(1)
+	}
+}
+
+func eventMessage(e Event) string {
+	if e.Lane < 0 {
+		return "pool " + e.To.String()
+	}
+	return "lane " + e.To.String()
+}
+
+// eventLevel logs the routine transitions of a first start and of Close at Debug, and
+// everything a supervisor has to do something about above it.
+func eventLevel(e Event) zapcore.Level {
+	switch e.To {
+	case StateCrashed, StateExited, StateStartupFailed:
+		return zapcore.WarnLevel
+	case StateDead, StateFailed:
+		return zapcore.ErrorLevel
+	case StateRestarting:
+		return zapcore.InfoLevel
+	case StateBooting, StateReady:
+		if e.Incarnation > 0 {
+			return zapcore.InfoLevel
+		}
+	}
+	return zapcore.DebugLevel
+}
+
+// Failed implements supervisor.Host.
+func (h host) Failed(err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Code: CodePoolUnavailable, Lane: -1, Cause: err}
+	}
+	h.p.failed.Store(e)
+	h.p.signal()
+}
+
+// signal wakes calls waiting for a lane.
+func (p *Pool) signal() {
+	p.changeMu.Lock()
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.changeMu.Unlock()
+}
+
+func (p *Pool) changes() <-chan struct{} {
+	p.changeMu.Lock()
+	defer p.changeMu.Unlock()
+	return p.changed
+}
+
+func (p *Pool) closeEvents() {
+	p.evMu.Lock()
+	defer p.evMu.Unlock()
+	if !p.evDone {
+		p.evDone = true
+		close(p.events)
+	}
 }
 
 // pick chooses a ready lane for a call.
@@ -109,8 +238,8 @@ func (p *Pool) pick() *lane {
 	n := len(p.lanes)
 	switch p.cfg.Balancer {
 	case FirstIdle, FirstIdleOrRandom:
-		for _, l := range p.lanes {
-			if l.inflight.Load() == 0 && l.state.Load() == laneReady {
+		for i := range p.lanes {
+			if l := p.lanes[i].Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
 				return l
 			}
 		}
@@ -122,14 +251,27 @@ func (p *Pool) pick() *lane {
 		start = int(p.rr.Add(1)) % n
 	}
 	for k := range n {
-		if l := p.lanes[(start+k)%n]; l.state.Load() == laneReady {
+		if l := p.lanes[(start+k)%n].Load(); l != nil && l.state.Load() == laneReady {
 			return l
 		}
 	}
 	return nil
 }
 
-// dispatch hands a call to a lane and returns the lane it went to.
+// laneByKey is the lane incarnation a record names, if it is still the current one.
+func (p *Pool) laneByKey(key int32) *lane {
+	if key < 0 {
+		return nil
+	}
+	l := p.lanes[int(key)%len(p.lanes)].Load()
+	if l == nil || l.key != key {
+		return nil
+	}
+	return l
+}
+
+// dispatch hands a call to a lane and returns the lane it went to. With no lane ready (they
+// are restarting) it waits within ctx for one.
 func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 	for {
 		if p.closing.Load() {
@@ -137,7 +279,18 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 		}
 		l := p.pick()
 		if l == nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: "no live lane"}
+			if e := p.failed.Load(); e != nil {
+				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: e.Message}
+			}
+			changed := p.changes()
+			if l = p.pick(); l == nil {
+				select {
+				case <-changed:
+					continue
+				case <-ctx.Done():
+					return nil, ctxError(ctx, c.def)
+				}
+			}
 		}
 		_, err := l.submit(c)
 		if err == nil {
@@ -161,6 +314,23 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 	}
 }
 
+// requeue runs a call of an Idempotent task that lost its lane on another lane, waiting
+// within the call's context for one if they are all restarting.
+func (p *Pool) requeue(r actors.Retry) bool {
+	if p.closing.Load() {
+		return false
+	}
+	p.inflight.Add(1) // the call is the pool's while it looks for a lane
+	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, payload: r.Payload, cancellable: r.Ctx.Done() != nil}
+	go func() {
+		if _, err := p.dispatch(r.Ctx, c); err != nil {
+			r.Fail(err)
+		}
+		p.callDone()
+	}()
+	return true
+}
+
 var errClosed = &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed"}
 
 // ctxError is the error of a call whose caller's context ended.
@@ -181,20 +351,23 @@ func (p *Pool) callDone() {
 }
 
 func (p *Pool) wakeReapers() {
-	for _, l := range p.lanes {
-		l.wakeReaper()
+	for i := range p.lanes {
+		if l := p.lanes[i].Load(); l != nil {
+			l.wakeReaper()
+		}
 	}
 }
 
 // Close stops taking calls (they fail with ErrPoolClosed), lets calls in flight finish
-// within ctx, then stops the lanes in reverse start order. Calls still held when ctx ends
-// or when a lane is stopped settle with THREAD_CLOSED. Close is idempotent and safe to call
-// from many goroutines; every call returns the same error, which names lanes that did not
-// acknowledge their stop request.
+// within ctx, then has the supervisor stop the lanes in reverse start order (no restarts
+// from then on). Calls still held when ctx ends or when a lane is stopped settle with
+// THREAD_CLOSED. Close is idempotent and safe to call from many goroutines; every call
+// returns the same error, which names lanes that did not acknowledge their stop request.
 func (p *Pool) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		defer close(p.closeDone)
 		p.closing.Store(true)
+		p.signal()
 		p.wakeReapers()
 		if p.inflight.Load() == 0 {
 			p.drainMu.Do(func() { close(p.drained) })
@@ -203,33 +376,38 @@ func (p *Pool) Close(ctx context.Context) error {
 		case <-p.drained:
 		case <-ctx.Done():
 		}
-		var abandoned []string
-		for i := len(p.lanes) - 1; i >= 0; i-- {
-			if !p.lanes[i].stop() {
-				abandoned = append(abandoned, fmt.Sprint(i))
-			}
+		var unacked []int
+		if p.tree != nil {
+			unacked = p.tree.Close()
+		} else {
+			unacked = p.stopLanes()
 		}
-		for _, l := range p.lanes {
-			if !l.started {
-				continue
-			}
-			l.wakeReaper()
-			<-l.reaped
-			if l.proc != nil {
-				<-l.proc.gone
-			}
-		}
-		if len(abandoned) > 0 {
+		p.closeEvents()
+		if len(unacked) > 0 {
 			what := "abandoned"
 			if p.cfg.Runtime == Process {
 				what = "killed"
 			}
+			names := make([]string, len(unacked))
+			for i, l := range unacked {
+				names[i] = fmt.Sprint(l)
+			}
 			p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
-				Message: "lanes did not acknowledge their stop request and were " + what + ": " + strings.Join(abandoned, ", ")}
+				Message: "lanes did not acknowledge their stop request and were " + what + ": " + strings.Join(names, ", ")}
 		}
 	})
 	<-p.closeDone
 	return p.closeErr
+}
+
+// stopLanes stops the lanes of an unsupervised pool in reverse order.
+func (p *Pool) stopLanes() (unacked []int) {
+	for i := len(p.lanes) - 1; i >= 0; i-- {
+		if l := p.lanes[i].Load(); l != nil && !l.Stop() {
+			unacked = append(unacked, i)
+		}
+	}
+	return unacked
 }
 
 // stop asks the lane to stop and waits StopAckTimeout for it to end. A process lane that
@@ -287,13 +465,15 @@ func waitFor(d time.Duration, cs ...<-chan struct{}) bool {
 
 // LaneStats describes one lane.
 type LaneStats struct {
-	Lane      int
-	State     string
-	InFlight  int // calls on the lane, including its backlog
-	Queued    int // calls in its backlog
-	Completed uint64
-	Failed    uint64
-	PID       int // the lane's process (process lanes)
+	Lane        int
+	State       State
+	Incarnation int // 0 for the first start, one more per restart
+	Restarts    int
+	InFlight    int    // calls on the lane, including its backlog
+	Queued      int    // calls in its backlog
+	Completed   uint64 // by its current incarnation
+	Failed      uint64 // by its current incarnation
+	PID         int    // the lane's process (process lanes)
 }
 
 func (l *lane) pid() int {
@@ -305,37 +485,35 @@ func (l *lane) pid() int {
 
 // Stats describes a pool.
 type Stats struct {
-	Runtime Runtime
-	Lanes   []LaneStats
-	Closed  bool
+	Runtime       Runtime
+	Lanes         []LaneStats
+	Closed        bool
+	Failed        bool   // the supervisor gave up every lane
+	DroppedEvents uint64 // events that found Events() full
 }
 
 // Stats returns a snapshot of the pool's lanes.
 func (p *Pool) Stats() Stats {
-	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load()}
-	for _, l := range p.lanes {
-		state := "ready"
-		var st fastpath.StatsSnapshot
-		l.mu.Lock()
-		endErr := l.endErr
-		switch {
-		case l.unmapped:
-			st = l.proc.final
-		case l.region != nil:
-			st = l.region.Stats().Snapshot()
+	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil, DroppedEvents: p.dropped.Load()}
+	for i := range p.lanes {
+		ls := LaneStats{Lane: i}
+		if p.tree != nil {
+			ls.State, ls.Incarnation, ls.Restarts = p.tree.LaneState(i)
 		}
-		l.mu.Unlock()
-		switch l.state.Load() {
-		case laneStopping:
-			state = "stopping"
-		case laneEnded:
-			state = "closed"
-			if endErr != nil && endErr.Code != CodeThreadClosed {
-				state = strings.ToLower(string(endErr.Code))
+		if l := p.lanes[i].Load(); l != nil {
+			var st fastpath.StatsSnapshot
+			l.mu.Lock()
+			switch {
+			case l.unmapped:
+				st = l.proc.final
+			case l.region != nil:
+				st = l.region.Stats().Snapshot()
 			}
+			l.mu.Unlock()
+			ls.InFlight, ls.Queued = int(l.inflight.Load()), int(l.queued.Load())
+			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.pid()
 		}
-		s.Lanes = append(s.Lanes, LaneStats{Lane: l.idx, State: state, InFlight: int(l.inflight.Load()),
-			Queued: int(l.queued.Load()), Completed: st.Completed, Failed: st.Failed, PID: l.pid()})
+		s.Lanes = append(s.Lanes, ls)
 	}
 	return s
 }

@@ -120,7 +120,7 @@ func TestPanicRejectsCallLaneLives(t *testing.T) {
 	if sum, err := add.Call(context.Background(), p, [2]int64{1, 1}); err != nil || sum != 2 {
 		t.Fatalf("lane did not keep serving: %d, %v", sum, err)
 	}
-	if s := p.Stats(); s.Lanes[0].State != "ready" || s.Lanes[0].Failed != 1 {
+	if s := p.Stats(); s.Lanes[0].State != knit.StateReady || s.Lanes[0].Failed != 1 {
 		t.Fatalf("stats after panic: %+v", s.Lanes[0])
 	}
 }
@@ -335,16 +335,35 @@ func TestCloseAbandonsStuckLane(t *testing.T) {
 }
 
 func TestGoexitEndsLane(t *testing.T) {
+	// Transient (default): an exit without a stop request is abnormal and the lane comes
+	// back as incarnation 1; the next call waits for it.
 	p := newPool(t, knit.Config{Lanes: 1})
 	_, err := goexit.Call(context.Background(), p, 1)
 	if !errors.Is(err, knit.ErrWorkerExited) {
 		t.Fatalf("err = %v, want WORKER_EXITED", err)
 	}
+	if _, err := add.Call(context.Background(), p, [2]int64{}); err != nil {
+		t.Fatalf("call after the restart: %v", err)
+	}
+	if s := p.Stats().Lanes[0]; s.State != knit.StateReady || s.Incarnation != 1 || s.Restarts != 1 {
+		t.Fatalf("lane after restart: %+v", s)
+	}
+
+	// Temporary: the lane is not restarted, the pool has none left and says so.
+	p = newPool(t, knit.Config{Lanes: 1, Restart: knit.Restart{Type: knit.Temporary}})
+	if _, err := goexit.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrWorkerExited) {
+		t.Fatalf("err = %v, want WORKER_EXITED", err)
+	}
+	for e := range p.Events() {
+		if e.Lane == -1 && e.To == knit.StateFailed {
+			break
+		}
+	}
 	if _, err := add.Call(context.Background(), p, [2]int64{}); !errors.Is(err, knit.ErrPoolUnavailable) {
 		t.Fatalf("call on a pool with no live lane: %v, want ErrPoolUnavailable", err)
 	}
-	if s := p.Stats().Lanes[0].State; s != "worker_exited" {
-		t.Fatalf("lane state %q", s)
+	if s := p.Stats(); s.Lanes[0].State != knit.StateDead || !s.Failed {
+		t.Fatalf("stats %+v", s)
 	}
 }
 

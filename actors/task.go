@@ -27,8 +27,8 @@ type Options struct {
 	Codec       any           // a Codec[In] or Codec[Out] replacing the chosen one
 }
 
-// CallTimeout is when a call gives up: the shorter of Timeout and HardTimeout. (Killing a
-// process lane whose call overran HardTimeout is the supervisor's work.)
+// CallTimeout is when a call gives up: the shorter of Timeout and HardTimeout. (A process
+// lane whose call overran HardTimeout is killed by the host and restarted by the supervisor.)
 func (o *Options) CallTimeout() time.Duration {
 	switch {
 	case o.HardTimeout > 0 && (o.Timeout == 0 || o.HardTimeout < o.Timeout):
@@ -57,10 +57,10 @@ type Def interface {
 	// lane that wrote it is broken.
 	SettleResult(owner uint64, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error
 	// FailLane settles every call of owner that lane holds with err (unless settled
-	// already). With release it drops the lane's references; without, the records are
-	// fenced forever, because a lane that may still run could touch them. It returns how
-	// many calls it found.
-	FailLane(owner uint64, lane int32, err error, release bool) int
+	// already) and reports how many it held. release is false for a lane that may still be
+	// running: its records are then never reused. With requeue, calls of an Idempotent
+	// task that the lane lost are handed to requeue instead (at most MaxReruns times each).
+	FailLane(owner uint64, lane int32, err error, release bool, requeue func(Retry) bool) int
 }
 
 // Wrapper turns a lane's outcome into the error its caller sees.
@@ -294,9 +294,11 @@ type Record[In, Out any] struct {
 	Enc   []byte        // the encoded input (process lanes), reused across calls
 	state atomic.Uint32
 	refs  atomic.Int32
-	owner atomic.Uint64 // the pool that issued the call
-	ctx   context.Context
-	In    In
+	// reruns counts how often the call ran again after losing its lane (Idempotent tasks).
+	reruns uint8
+	owner  atomic.Uint64 // the pool that issued the call
+	ctx    context.Context
+	In     In
 	// Written by the lane (in-process) or the result decoder, read by the settle winner.
 	LaneOut Out
 	LaneErr error
@@ -323,6 +325,7 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 	r.owner.Store(owner)
 	r.Lane.Store(-1)
 	r.Abort.Store(-1)
+	r.reruns = 0
 	r.refs.Store(2)
 	r.state.Store(statePending)
 }
@@ -490,10 +493,35 @@ func (t *Task[In, Out]) SettleResult(owner uint64, id, gen uint32, o Outcome, pa
 	return nil
 }
 
+// MaxReruns bounds how often a call of an Idempotent task runs again after losing its lane,
+// so that a call that kills every lane it lands on cannot take the whole pool down.
+const MaxReruns = 3
+
+// Retry is a call of an Idempotent task handed back for another lane. Its record keeps the
+// dispatch reference; Fail settles the call and lets go of it.
+type Retry struct {
+	Def         Def
+	ID, Gen     uint32
+	Lane, Abort *atomic.Int32
+	Payload     []byte // the encoded input (process lanes)
+	Ctx         context.Context
+	Fail        func(error)
+}
+
 // FailLane implements Def.
-func (t *Task[In, Out]) FailLane(owner uint64, lane int32, err error, release bool) int {
+func (t *Task[In, Out]) FailLane(owner uint64, lane int32, err error, release bool, requeue func(Retry) bool) int {
 	n := 0
 	t.Records.Held(owner, lane, func(r *Record[In, Out]) {
+		if release && requeue != nil && t.opts.Idempotent && r.reruns < MaxReruns && r.Pending() && r.ctx.Err() == nil {
+			r.reruns++
+			r.Lane.Store(-1)
+			r.Abort.Store(-1)
+			if requeue(Retry{Def: t, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Payload: r.Enc, Ctx: r.ctx,
+				Fail: func(err error) { r.Fail(err); t.Records.Release(r) }}) {
+				n++
+				return
+			}
+		}
 		r.Fail(err)
 		n++
 		if release {

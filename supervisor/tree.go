@@ -20,6 +20,9 @@ type Worker interface {
 	Ended() <-chan struct{}
 	// End is how it ended; valid once Ended is closed.
 	End() End
+	// Open lets the worker take calls; the lane actor calls it once it has reported the
+	// worker ready.
+	Open()
 	// Stop runs the stop protocol (request, acknowledgement timeout, kill) and returns once
 	// the worker has ended; it reports whether the worker acknowledged in time.
 	Stop() (acked bool)
@@ -198,7 +201,9 @@ type Failure struct {
 	End               End
 }
 
-func (f *Failure) Error() string { return fmt.Sprintf("lane %d incarnation %d: %v", f.Lane, f.Incarnation, f.End.Err) }
+func (f *Failure) Error() string {
+	return fmt.Sprintf("lane %d incarnation %d: %v", f.Lane, f.Incarnation, f.End.Err)
+}
 
 // messages
 type (
@@ -206,12 +211,19 @@ type (
 		w   Worker
 		err error
 	}
-	ended     struct{}
-	stopDone  struct{ acked bool }
-	stopLane  struct{ gen int64 }
-	laneUp    struct{ lane int }
-	laneDown  struct{ lane int; err error } // an initial boot failed
-	laneStop  struct{ lane int; gen int64; acked bool }
+	ended    struct{}
+	stopDone struct{ acked bool }
+	stopLane struct{ gen int64 }
+	laneUp   struct{ lane int }
+	laneDown struct {
+		lane int
+		err  error
+	} // an initial boot failed
+	laneStop struct {
+		lane  int
+		gen   int64
+		acked bool
+	}
 	restartGo struct{ g *group }
 	closeTree struct{ done chan []int }
 )
@@ -303,6 +315,7 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 	}
 	a.w, a.phase = m.w, phaseUp
 	a.t.transition(a.ln, a.inc, Ready, "", "", 0)
+	m.w.Open()
 	ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
 	self, root, w := ctx.Self(), ctx.ActorSystem().Root, m.w
 	go func() {

@@ -27,6 +27,7 @@ type fakeWorker struct {
 
 func (w *fakeWorker) Ended() <-chan struct{} { return w.ended }
 func (w *fakeWorker) End() End               { return w.end }
+func (w *fakeWorker) Open()                  {}
 func (w *fakeWorker) finish(e End)           { w.once.Do(func() { w.end = e; close(w.ended) }) }
 func (w *fakeWorker) Stop() bool {
 	msg := "lane stopped (exit status 0)"

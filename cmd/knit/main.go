@@ -1,17 +1,26 @@
 // Command knit is knit's command-line tool. Today it has one real subcommand, demo, which
-// walks a pool of goroutine lanes through its lifecycle with every step logged through zap.
+// walks a pool of goroutine lanes and a pool of process lanes through their lifecycle —
+// calls, crashes, how each crash is classified and how the supervisor restarts the lane —
+// with every step logged through zap.
 //
 //	go run ./cmd/knit demo
+//	KNIT_DEBUG=lifecycle,supervisor go run ./cmd/knit demo   # knit's Debug entries too
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -43,14 +52,37 @@ var (
 		<-done
 		return 0, nil
 	})
+
+	// demoGated is Idempotent: a call whose lane dies under it runs again on another lane.
+	// It dials the demo's unix socket, says which process it runs in, and waits there for
+	// the demo's go-ahead — long enough for the demo to kill its lane. It returns its pid.
+	demoGated = knit.Define("demo.gated", func(ctx context.Context, socket string) (int, error) {
+		conn, err := net.Dial("unix", socket)
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close()
+		stop := context.AfterFunc(ctx, func() { conn.Close() }) // a cancelled call lets go
+		defer stop()
+		if _, err := fmt.Fprintln(conn, os.Getpid()); err != nil {
+			return 0, err
+		}
+		if _, err := conn.Read(make([]byte, 1)); err != nil { // the go-ahead
+			return 0, err
+		}
+		return os.Getpid(), nil
+	}, knit.Idempotent())
 )
 
 const usage = `knit — typed task actors on supervised lanes
 
 Usage:
-  knit demo    run goroutine lanes through calls, a panic, a lane exit and Close, then
-               process lanes through calls and a crash that ends only its own lane
+  knit demo    run goroutine lanes, then process lanes, through calls, a panic, lanes that
+               exit, crash or are killed, how knit classifies each, and the supervisor
+               restarting them; an idempotent call survives the SIGKILL of its lane
   knit help    show this help
+
+KNIT_DEBUG=lifecycle,supervisor,lane (or *) adds knit's Debug entries to the demo's log.
 `
 
 func main() {
@@ -73,13 +105,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "knit demo: unexpected arguments %q\n\n%s", args[1:], usage)
 			return 2
 		}
-		log, err := newLogger()
+		base, err := newLogger()
 		if err != nil {
 			fmt.Fprintf(stderr, "knit: logger: %v\n", err)
 			return 1
 		}
-		defer func() { _ = log.Sync() }()
-		if err := demo(log); err != nil {
+		defer func() { _ = base.Sync() }()
+		log := base.Named("demo")
+		if err := demo(log, knitLogger(base)); err != nil {
 			log.Error("demo failed", zap.Error(err))
 			return 1
 		}
@@ -99,20 +132,71 @@ func newLogger() (*zap.Logger, error) {
 	return cfg.Build()
 }
 
+// knitLogger is the logger the demo gives knit (Config.Logger); knit names it "knit" and
+// logs under knit.lifecycle, knit.supervisor, knit.lane… A logger of your own decides
+// knit's levels, so this one does what knit's default logger does: Info and above, plus
+// Debug for the namespaces KNIT_DEBUG names ("lifecycle,supervisor", or "*").
+func knitLogger(base *zap.Logger) *zap.Logger {
+	debug := strings.FieldsFunc(os.Getenv("KNIT_DEBUG"), func(r rune) bool { return r == ',' || r == ' ' })
+	if len(debug) == 0 {
+		return base.WithOptions(zap.IncreaseLevel(zapcore.InfoLevel))
+	}
+	return base.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return debugFilter{c, debug} }))
+}
+
+// debugFilter passes Debug entries only for the loggers named knit.<namespace>[.…].
+type debugFilter struct {
+	zapcore.Core
+	namespaces []string
+}
+
+func (f debugFilter) With(fields []zapcore.Field) zapcore.Core {
+	return debugFilter{f.Core.With(fields), f.namespaces}
+}
+
+func (f debugFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	on := e.Level >= zapcore.InfoLevel || slices.ContainsFunc(f.namespaces, func(ns string) bool {
+		name := "knit." + strings.ToLower(ns)
+		return ns == "*" || e.LoggerName == name || strings.HasPrefix(e.LoggerName, name+".")
+	})
+	if !on {
+		return ce
+	}
+	return f.Core.Check(e, ce)
+}
+
 // demo runs the lifecycle walk-through. It returns an error when knit does not behave as
 // described, so the demo doubles as a smoke test.
-func demo(log *zap.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func demo(log, knitLog *zap.Logger) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	restarts, err := goroutineDemo(ctx, log, knitLog)
+	if err != nil {
+		return err
+	}
+	procRestarts, err := processDemo(ctx, log, knitLog)
+	if err != nil {
+		return err
+	}
+	log.Info("demo done: every lane that failed was classified and restarted, and every expectation held",
+		zap.Int("goroutine_restarts", restarts), zap.Int("process_restarts", procRestarts),
+		zap.Duration("took", time.Since(start)))
+	return nil
+}
 
+// goroutineDemo runs calls, a panicking task and a lane exit on goroutine lanes, waits for
+// the supervisor to restart the lane that exited, and closes the pool. It returns the
+// number of restarts.
+func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
 	const lanes = 4
 	log.Info("pool starting", zap.Int("lanes", lanes), zap.Stringer("runtime", knit.Goroutine))
-	// knit's own lifecycle logs (info and up) join the demo's timeline.
-	libLog := log.Named("knit").WithOptions(zap.IncreaseLevel(zapcore.InfoLevel))
-	pool, err := knit.NewPool(knit.Config{Lanes: lanes, Runtime: knit.Goroutine, Logger: libLog},
+	// The zero Restart policy: a lane that crashes or exits on its own (Transient) is
+	// restarted on its own (OneForOne), at most 5 times in 10s, after 1ms, 2ms, 4ms … 2s.
+	pool, err := knit.NewPool(knit.Config{Lanes: lanes, Runtime: knit.Goroutine, Logger: knitLog},
 		demoSquare, demoPanic, demoGoexit)
 	if err != nil {
-		return fmt.Errorf("NewPool: %w", err)
+		return 0, fmt.Errorf("NewPool: %w", err)
 	}
 	closed := false
 	defer func() {
@@ -120,103 +204,265 @@ func demo(log *zap.Logger) error {
 			_ = pool.Close(context.Background())
 		}
 	}()
-	log.Info("pool started", zap.Int("lanes", len(pool.Stats().Lanes)))
+	// Every lifecycle transition arrives on pool.Events(), in order (knit logs each one
+	// too, under knit.lifecycle): the demo waits on it for restarts, never on a clock.
+	events := pool.Events()
+	log.Info("pool started", zap.Int("lanes", len(pool.Stats().Lanes)), zap.Stringer("supervisor", pool.PID()))
 	logStats(log, "lane", pool)
 
 	// 1. A burst of calls: futures first, then a blocking call.
 	if err := burst(ctx, log, pool, "burst", 1, 8); err != nil {
-		return err
+		return 0, err
 	}
 
 	// 2. A task that panics: its call fails with TASK_PANIC and the lane keeps serving.
 	_, err = demoPanic.Call(ctx, pool, "something went wrong")
 	var ke *knit.Error
 	if !errors.Is(err, knit.ErrTaskPanic) || !errors.As(err, &ke) {
-		return fmt.Errorf("panicking task: got %v, want ErrTaskPanic", err)
+		return 0, fmt.Errorf("panicking task: got %v, want ErrTaskPanic", err)
 	}
 	first, _, _ := strings.Cut(ke.Error(), "\n") // the rest is the task's stack
 	log.Warn("task panicked: the call failed, the lane lives on",
 		zap.String("task", ke.Task), zap.Int("lane", ke.Lane), zap.String("code", string(ke.Code)),
 		zap.String("error", first))
 	st := pool.Stats().Lanes[ke.Lane]
-	if st.State != "ready" || st.Failed != 1 {
-		return fmt.Errorf("lane %d after the panic: %+v, want ready with one failed call", ke.Lane, st)
+	if st.State != knit.StateReady || st.Failed != 1 || st.Incarnation != 0 {
+		return 0, fmt.Errorf("lane %d after the panic: %+v, want ready with one failed call", ke.Lane, st)
 	}
 	logLane(log, "lane after panic", st)
 
-	// 3. A task that calls runtime.Goexit: its lane's goroutine ends, the call fails and the
-	// lane is classified WORKER_EXITED.
+	// 3. A task that calls runtime.Goexit: its lane's goroutine ends, the call fails, the
+	// lane is classified WORKER_EXITED and, being Transient, restarted as incarnation 1.
 	_, err = demoGoexit.Call(ctx, pool, 7)
 	ke = nil
 	if !errors.Is(err, knit.ErrWorkerExited) || !errors.As(err, &ke) {
-		return fmt.Errorf("goexit task: got %v, want ErrWorkerExited", err)
+		return 0, fmt.Errorf("goexit task: got %v, want ErrWorkerExited", err)
 	}
 	exited := ke.Lane
-	log.Warn("lane exited: the call failed",
+	log.Warn("lane exited under its call: the call failed",
 		zap.String("task", demoGoexit.Name()), zap.Int("lane", exited), zap.String("code", string(ke.Code)),
 		zap.String("error", ke.Error()))
-	st = pool.Stats().Lanes[exited]
-	if st.State != strings.ToLower(string(knit.CodeWorkerExited)) {
-		return fmt.Errorf("lane %d after runtime.Goexit is %q, want worker_exited", exited, st.State)
+	if err := awaitReady(ctx, events, exited, 1); err != nil {
+		return 0, err
 	}
-	logLane(log, "lane after exit", st)
-	restartLane(log, exited, ke.Code)
+	st = pool.Stats().Lanes[exited]
+	if st.State != knit.StateReady || st.Incarnation != 1 || st.Restarts != 1 {
+		return 0, fmt.Errorf("lane %d after its restart: %+v, want ready, incarnation 1, 1 restart", exited, st)
+	}
+	logLane(log, "supervisor restarted the lane", st)
 
-	// 4. Calls go on: the balancer skips the ended lane.
-	if err := burst(ctx, log, pool, "after exit", 100, 6); err != nil {
-		return err
+	// 4. Calls go on over every lane, the restarted one included.
+	if err := burst(ctx, log, pool, "after the restart", 100, 6); err != nil {
+		return 0, err
 	}
 	logStats(log, "lane", pool)
+	if st = pool.Stats().Lanes[exited]; st.Completed == 0 {
+		return 0, fmt.Errorf("lane %d served no call after its restart: %+v", exited, st)
+	}
 
 	// 5. Close: refuse new calls, let calls in flight finish, stop lanes in reverse order.
 	log.Info("pool closing")
 	closed = true
 	if err := pool.Close(ctx); err != nil {
-		return fmt.Errorf("Close: %w", err)
+		return 0, fmt.Errorf("Close: %w", err)
 	}
 	log.Info("pool closed")
 	logStats(log, "lane after close", pool)
 	if _, err := demoSquare.Call(ctx, pool, 2); errors.Is(err, knit.ErrPoolClosed) {
 		log.Info("call after close refused", zap.Error(err))
 	} else {
-		return fmt.Errorf("call after Close: %v, want ErrPoolClosed", err)
+		return 0, fmt.Errorf("call after Close: %v, want ErrPoolClosed", err)
 	}
-	return processDemo(ctx, log, libLog)
+	return totalRestarts(pool), nil
 }
 
-// processDemo runs the same tasks on process lanes: one crashes its process, and only its
-// lane dies.
-func processDemo(ctx context.Context, log, libLog *zap.Logger) error {
+// processDemo runs tasks on process lanes: one crashes its process and the supervisor
+// starts a new one; then the demo SIGKILLs the lane under an Idempotent call, which runs
+// again on the other lane. It returns the number of restarts.
+func processDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
 	log.Info("process pool starting", zap.Int("lanes", 2), zap.Stringer("runtime", knit.Process))
-	pool, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Logger: libLog,
+	// This time the transitions come through Config.OnEvent, which must not block.
+	events := make(chan knit.Event, 256)
+	pool, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Logger: knitLog,
 		Balancer: knit.FirstIdle,
+		Restart:  knit.Restart{Type: knit.Transient, Strategy: knit.OneForOne, MaxRestarts: 3, Period: 10 * time.Second},
+		OnEvent: func(e knit.Event) {
+			select {
+			case events <- e:
+			default: // full: the demo's wait fails, with a clear error, instead of knit stalling
+			}
+		},
 		// A crashing Go lane prints every goroutine's stack; keep the demo's log short.
 		Process: knit.ProcessConfig{Env: []string{"GOTRACEBACK=none"}}},
-		demoSquare, demoCrash)
+		demoSquare, demoCrash, demoGated)
 	if err != nil {
-		return fmt.Errorf("NewPool(process): %w", err)
+		return 0, fmt.Errorf("NewPool(process): %w", err)
 	}
 	defer pool.Close(context.Background())
 	for _, l := range pool.Stats().Lanes {
 		log.Info("process lane ready", zap.Int("lane", l.Lane), zap.Int("pid", l.PID))
 	}
 	if err := burst(ctx, log, pool, "process lanes", 1, 4); err != nil {
-		return err
+		return 0, err
 	}
+
+	// 1. A task crashes its lane's process: the call fails with WORKER_CRASHED, naming the
+	// panic and the exit status, and the supervisor starts a new process for the lane.
+	before := pool.Stats().Lanes
 	_, err = demoCrash.Call(ctx, pool, 0)
 	var ke *knit.Error
 	if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed {
-		return fmt.Errorf("crashing task: got %v, want WORKER_CRASHED", err)
+		return 0, fmt.Errorf("crashing task: got %v, want WORKER_CRASHED", err)
 	}
-	first, _, _ := strings.Cut(ke.Error(), "\n")
-	log.Warn("process lane crashed: classified, its calls settled, the host lives on",
-		zap.Int("lane", ke.Lane), zap.String("code", string(ke.Code)), zap.String("error", first))
-	restartLane(log, ke.Lane, ke.Code)
-	if err := burst(ctx, log, pool, "after the crash", 10, 4); err != nil {
+	crashed := ke.Lane
+	first, _, _ := strings.Cut(ke.Error(), "\n") // then the lane's stderr tail
+	log.Warn("process lane crashed under its call: the call failed, the host lives on",
+		zap.Int("lane", crashed), zap.Int("pid", before[crashed].PID), zap.String("code", string(ke.Code)),
+		zap.String("error", first))
+	if err := awaitReady(ctx, events, crashed, 1); err != nil {
+		return 0, err
+	}
+	if err := burst(ctx, log, pool, "after the restart", 10, 4); err != nil {
+		return 0, err
+	}
+	st := pool.Stats().Lanes[crashed]
+	if st.State != knit.StateReady || st.Incarnation != 1 || st.Restarts != 1 || st.PID == before[crashed].PID || st.Completed == 0 {
+		return 0, fmt.Errorf("lane %d after its restart: %+v, want ready, incarnation 1, 1 restart, a new pid and calls served", crashed, st)
+	}
+	log.Info("supervisor restarted the process lane: new process, serving",
+		zap.Int("lane", crashed), zap.Int("old_pid", before[crashed].PID), zap.Int("pid", st.PID),
+		zap.Int("incarnation", st.Incarnation), zap.Uint64("completed", st.Completed))
+
+	// 2. An Idempotent call survives the SIGKILL of its lane: it runs again on a live one.
+	if err := idempotentDemo(ctx, log, pool, events); err != nil {
+		return 0, err
+	}
+
+	logStats(log, "process lane", pool)
+	restarts := totalRestarts(pool)
+	log.Info("process pool closing")
+	if err := pool.Close(ctx); err != nil {
+		return 0, fmt.Errorf("Close(process): %w", err)
+	}
+	log.Info("process pool closed")
+	return restarts, nil
+}
+
+// idempotentDemo starts a demo.gated call, learns from the task which lane process runs it,
+// SIGKILLs that process while the call waits for its go-ahead, then lets the re-run on
+// the other lane finish. Nothing sleeps: every step waits for the previous one to report.
+func idempotentDemo(ctx context.Context, log *zap.Logger, pool *knit.Pool, events <-chan knit.Event) error {
+	dir, err := os.MkdirTemp("", "knit-demo-")
+	if err != nil {
 		return err
 	}
-	logStats(log, "process lane", pool)
-	return pool.Close(ctx)
+	defer os.RemoveAll(dir)
+	socket := filepath.Join(dir, "gate.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	// Bounds on every wait, so that a knit that misbehaves fails the demo instead of hanging it.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	_ = ln.(*net.UnixListener).SetDeadline(deadline)
+
+	fut := demoGated.Go(ctx, pool, socket)
+	conn, pid, err := acceptRun(ln, deadline)
+	if err != nil {
+		return fmt.Errorf("demo.gated, first run: %w", err)
+	}
+	defer conn.Close()
+	lane := slices.IndexFunc(pool.Stats().Lanes, func(l knit.LaneStats) bool { return l.PID == pid })
+	if lane < 0 {
+		return fmt.Errorf("demo.gated runs in pid %d, which is no lane of the pool: %+v", pid, pool.Stats().Lanes)
+	}
+	inc := pool.Stats().Lanes[lane].Incarnation
+	log.Warn("idempotent call running: killing its lane with SIGKILL",
+		zap.String("task", demoGated.Name()), zap.Int("lane", lane), zap.Int("pid", pid))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %d: %w", pid, err)
+	}
+
+	rerun, rerunPID, err := acceptRun(ln, deadline)
+	if err != nil {
+		return fmt.Errorf("demo.gated, re-run after the SIGKILL: %w", err)
+	}
+	defer rerun.Close()
+	if rerunPID == pid {
+		return fmt.Errorf("demo.gated re-ran in the killed process %d", pid)
+	}
+	log.Info("idempotent call re-run on a live lane: letting it finish", zap.Int("pid", rerunPID))
+	if _, err := rerun.Write([]byte{1}); err != nil {
+		return err
+	}
+	got, err := fut.Wait()
+	if err != nil || got != rerunPID {
+		return fmt.Errorf("demo.gated after its lane was killed: %d, %v; want %d, <nil>", got, err, rerunPID)
+	}
+	log.Info("idempotent call result: it survived its lane's death",
+		zap.String("task", demoGated.Name()), zap.Int("killed_pid", pid), zap.Int("served_by_pid", got))
+
+	// The killed lane was classified (WORKER_CRASHED, killed by signal SIGKILL) and comes
+	// back as its next incarnation.
+	if err := awaitReady(ctx, events, lane, inc+1); err != nil {
+		return err
+	}
+	if err := burst(ctx, log, pool, "after the SIGKILL", 20, 4); err != nil {
+		return err
+	}
+	st := pool.Stats().Lanes[lane]
+	if st.State != knit.StateReady || st.Incarnation != inc+1 || st.PID == pid {
+		return fmt.Errorf("lane %d after the SIGKILL: %+v, want ready, incarnation %d, a new pid", lane, st, inc+1)
+	}
+	log.Info("supervisor restarted the killed lane", zap.Int("lane", lane), zap.Int("old_pid", pid),
+		zap.Int("pid", st.PID), zap.Int("incarnation", st.Incarnation))
+	return nil
+}
+
+// acceptRun accepts the connection of one run of demo.gated and reads the pid it sends.
+func acceptRun(ln net.Listener, deadline time.Time) (net.Conn, int, error) {
+	conn, err := ln.Accept()
+	if err != nil {
+		return nil, 0, err
+	}
+	_ = conn.SetDeadline(deadline)
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		conn.Close()
+		return nil, 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		conn.Close()
+		return nil, 0, err
+	}
+	return conn, pid, nil
+}
+
+// awaitReady reads lifecycle events until lane reports ready as the given incarnation
+// (knit logs the transitions on the way: crashed or exited, restarting, booting, ready).
+func awaitReady(ctx context.Context, events <-chan knit.Event, lane, incarnation int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				return fmt.Errorf("event stream ended before lane %d restarted", lane)
+			}
+			if e.Lane == lane && e.To == knit.StateReady && e.Incarnation == incarnation {
+				return nil
+			}
+			if e.Lane == lane && e.To == knit.StateDead {
+				return fmt.Errorf("the supervisor gave lane %d up: %s", lane, e.Reason)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("lane %d did not come back as incarnation %d: %w", lane, incarnation, ctx.Err())
+		}
+	}
 }
 
 // burst starts n demo.square calls as futures, waits for each, then makes one blocking call.
@@ -246,12 +492,12 @@ func burst(ctx context.Context, log *zap.Logger, pool *knit.Pool, phase string, 
 	return nil
 }
 
-// restartLane is where a supervisor would restart the lane that ended. Supervision
-// (DESIGN §7) is being built; until it lands an ended goroutine lane stays ended and the
-// pool runs on with the lanes it has left.
-func restartLane(log *zap.Logger, lane int, code knit.Code) {
-	log.Info("restart: supervision arrives with the supervisor work",
-		zap.Int("lane", lane), zap.String("code", string(code)))
+func totalRestarts(pool *knit.Pool) int {
+	n := 0
+	for _, l := range pool.Stats().Lanes {
+		n += l.Restarts
+	}
+	return n
 }
 
 func logStats(log *zap.Logger, msg string, pool *knit.Pool) {
@@ -261,6 +507,11 @@ func logStats(log *zap.Logger, msg string, pool *knit.Pool) {
 }
 
 func logLane(log *zap.Logger, msg string, l knit.LaneStats) {
-	log.Info(msg, zap.Int("lane", l.Lane), zap.String("state", l.State), zap.Int("inflight", l.InFlight),
-		zap.Int("queued", l.Queued), zap.Uint64("completed", l.Completed), zap.Uint64("failed", l.Failed))
+	fields := []zap.Field{zap.Int("lane", l.Lane), zap.Stringer("state", l.State),
+		zap.Int("incarnation", l.Incarnation), zap.Int("restarts", l.Restarts)}
+	if l.PID != 0 {
+		fields = append(fields, zap.Int("pid", l.PID))
+	}
+	log.Info(msg, append(fields, zap.Int("inflight", l.InFlight), zap.Int("queued", l.Queued),
+		zap.Uint64("completed", l.Completed), zap.Uint64("failed", l.Failed))...)
 }

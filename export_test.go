@@ -1,0 +1,7 @@
+package knit
+
+// NewUnsupervisedPool starts a pool whose lanes run without a supervision tree, for the
+// benchmark that shows the tree costs the call path nothing.
+func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
+	return newPool(cfg, false, tasks...)
+}

@@ -1,0 +1,567 @@
+package knit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit"
+)
+
+// bootRecord is the part of a lane's boot record a test task needs to know where it runs.
+type bootRecord struct {
+	Lane        int `json:"lane"`
+	Incarnation int `json:"incarnation"`
+}
+
+// thisLane is the lane a process-lane task runs on (-1 in the host).
+func thisLane() bootRecord {
+	b := bootRecord{Lane: -1}
+	if s := os.Getenv("KNIT_BOOT"); s != "" {
+		_ = json.Unmarshal([]byte(s), &b)
+	}
+	return b
+}
+
+// A lane booting as a restart of lane 1 (of any lane, with KNIT_TEST_BOOTFAIL_ANY) fails
+// while the file KNIT_TEST_BOOTFAIL names exists.
+func init() {
+	if f := os.Getenv("KNIT_TEST_BOOTFAIL"); f != "" {
+		if b := thisLane(); (b.Lane == 1 || os.Getenv("KNIT_TEST_BOOTFAIL_ANY") != "") && b.Incarnation > 0 {
+			if _, err := os.Stat(f); err == nil {
+				fmt.Fprintln(os.Stderr, "boot failure on purpose")
+				os.Exit(5)
+			}
+		}
+	}
+}
+
+// trigger ends lane 1 the way its input says, once the FIFO it names can be read: the test
+// first queues held calls behind it. On other lanes it returns at once.
+type trigger struct {
+	Gate string
+	How  string
+}
+
+var (
+	endLane = knit.Define("test.sup.end", func(ctx context.Context, in trigger) (int, error) {
+		if thisLane().Lane != 1 {
+			return 0, nil
+		}
+		gate, err := os.ReadFile(in.Gate) // a FIFO: blocks until the test writes
+		if err != nil || len(gate) == 0 {
+			return 0, fmt.Errorf("gate: %v", err)
+		}
+		switch in.How {
+		case "exit 0":
+			os.Exit(0)
+		case "exit 3":
+			os.Exit(3)
+		case "task panic":
+			panic("task panic on purpose")
+		case "runtime panic":
+			go func() { panic("unrecoverable on purpose") }()
+		case "SIGSEGV":
+			page, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+			if err != nil {
+				return 0, err
+			}
+			page[0] = 1
+		case "hard timeout":
+		}
+		<-ctx.Done() // a hard timeout kills the lane before this returns
+		select {}
+	})
+	// hung overruns its hard timeout on lane 1.
+	hung = knit.Define("test.sup.hung", func(ctx context.Context, in trigger) (int, error) {
+		if thisLane().Lane != 1 {
+			return 0, nil
+		}
+		_, _ = os.ReadFile(in.Gate)
+		select {}
+	}, knit.HardTimeout(2*time.Second))
+	// stubborn ignores SIGTERM, tells the test so through the FIFO it names, and never
+	// returns.
+	stubborn = knit.Define("test.sup.stubborn", func(ctx context.Context, fifo string) (int, error) {
+		signal.Ignore(syscall.SIGTERM)
+		if err := os.WriteFile(fifo, []byte{1}, 0o600); err != nil {
+			return 0, err
+		}
+		select {}
+	})
+	idemAdd = knit.Define("test.sup.idemadd", func(_ context.Context, in [2]int64) (int64, error) {
+		return in[0] + in[1], nil
+	}, knit.Idempotent())
+	supTasks = []knit.Definition{add, sleepy, endLane, hung, stubborn, idemAdd}
+)
+
+// recorder keeps a pool's events and lets a test wait for one.
+type recorder struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	all  []knit.Event
+}
+
+func newRecorder() *recorder {
+	r := &recorder{}
+	r.cond = sync.NewCond(&r.mu)
+	return r
+}
+
+func (r *recorder) record(e knit.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, e)
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// await blocks until an event matches (the supervisor reports every transition). A bound
+// far beyond any expected wait turns a hang into a failure with the events so far.
+func (r *recorder) await(t testing.TB, what string, match func(knit.Event) bool) knit.Event {
+	t.Helper()
+	expired := false
+	timer := time.AfterFunc(time.Minute, func() {
+		r.mu.Lock()
+		expired = true
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	})
+	defer timer.Stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		for _, e := range r.all {
+			if match(e) {
+				return e
+			}
+		}
+		if expired {
+			t.Fatalf("no event: %s; events: %+v", what, r.all)
+		}
+		r.cond.Wait()
+	}
+}
+
+func (r *recorder) events(lane int) []knit.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []knit.Event
+	for _, e := range r.all {
+		if e.Lane == lane {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func has(es []knit.Event, to knit.State) bool {
+	for _, e := range es {
+		if e.To == to {
+			return true
+		}
+	}
+	return false
+}
+
+// The OTP matrix: every restart type × every way lane 1 of 3 can end × every strategy gives
+// the documented code and restart decision, and every call the lanes held settles.
+func TestSupervisionMatrix(t *testing.T) {
+	ways := []struct {
+		how     string
+		code    knit.Code
+		restart map[knit.RestartType]bool
+	}{
+		{"clean close", knit.CodeThreadClosed, map[knit.RestartType]bool{}},
+		{"exit 0", knit.CodeWorkerExited, map[knit.RestartType]bool{knit.Permanent: true}},
+		{"exit 3", knit.CodeWorkerExited, map[knit.RestartType]bool{knit.Permanent: true, knit.Transient: true}},
+		{"task panic", knit.CodeWorkerCrashed, map[knit.RestartType]bool{knit.Permanent: true, knit.Transient: true}},
+		{"runtime panic", knit.CodeWorkerCrashed, map[knit.RestartType]bool{knit.Permanent: true, knit.Transient: true}},
+		{"SIGSEGV", knit.CodeWorkerCrashed, map[knit.RestartType]bool{knit.Permanent: true, knit.Transient: true}},
+		{"SIGKILL", knit.CodeWorkerCrashed, map[knit.RestartType]bool{knit.Permanent: true, knit.Transient: true}},
+		{"startup failure", knit.CodeStartupFailed, map[knit.RestartType]bool{knit.Permanent: true, knit.Transient: true}},
+		{"hard timeout", knit.CodeWorkerCrashed, map[knit.RestartType]bool{knit.Permanent: true, knit.Transient: true}},
+	}
+	types := []knit.RestartType{knit.Permanent, knit.Transient, knit.Temporary}
+	strategies := []knit.Strategy{knit.OneForOne, knit.AllForOne, knit.RestForOne}
+	for _, way := range ways {
+		for _, typ := range types {
+			for _, strat := range strategies {
+				t.Run(fmt.Sprintf("%s/%v/%v", way.how, typ, strat), func(t *testing.T) {
+					if way.how == "startup failure" && typ == knit.Temporary {
+						t.Skip("a temporary lane is never restarted, so it never boots again to fail; a first boot that fails fails NewPool (TestProcessStartupFailures)")
+					}
+					matrixCase(t, way.how, way.code, way.restart[typ], typ, strat)
+				})
+			}
+		}
+	}
+}
+
+func matrixCase(t *testing.T, how string, code knit.Code, restart bool, typ knit.RestartType, strat knit.Strategy) {
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bootFail := filepath.Join(dir, "bootfail")
+	t.Setenv("KNIT_TEST_BOOTFAIL", bootFail)
+	rec := newRecorder()
+	p, err := knit.NewPool(knit.Config{
+		Lanes: 3, Runtime: knit.Process, PanicCrashesLane: true, Logger: zap.NewNop(),
+		KillGrace: 200 * time.Millisecond, OnEvent: rec.record,
+		Restart: knit.Restart{Type: typ, Strategy: strat, Backoff: knit.Backoff{Min: -1}},
+	}, supTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	pid1 := p.Stats().Lanes[1].PID
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The trigger goes first (round-robin: one to each lane), the held calls queue behind.
+	in := trigger{Gate: gate, How: how}
+	var triggers []*knit.Future[int]
+	gated := how != "clean close" && how != "SIGKILL" && how != "startup failure"
+	if gated {
+		for range 3 {
+			if how == "hard timeout" {
+				triggers = append(triggers, hung.Go(ctx, p, in))
+			} else {
+				triggers = append(triggers, endLane.Go(ctx, p, in))
+			}
+		}
+	}
+	var heldCalls []*knit.Future[int]
+	for range 6 {
+		heldCalls = append(heldCalls, sleepy.Go(ctx, p, 0))
+	}
+	ended := func(e knit.Event) bool {
+		return e.Lane == 1 && (e.To == knit.StateCrashed || e.To == knit.StateExited || e.To == knit.StateStartupFailed || e.To == knit.StateClosed)
+	}
+	switch how {
+	case "clean close":
+		now, stop := context.WithCancel(context.Background())
+		stop() // no drain: the held calls never finish
+		if err := p.Close(now); err == nil {
+			t.Error("Close with calls that never finish should name the lanes it killed")
+		}
+	case "SIGKILL", "startup failure":
+		if how == "startup failure" {
+			if err := os.WriteFile(bootFail, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ended = func(e knit.Event) bool { return e.Lane == 1 && e.To == knit.StateStartupFailed }
+		}
+		if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		if err := os.WriteFile(gate, []byte{1}, 0o600); err != nil { // opens the FIFO: lane 1 goes
+			t.Fatal(err)
+		}
+	}
+
+	end := rec.await(t, "lane 1 ended", ended)
+	if end.Code != code {
+		t.Fatalf("lane 1 ended %v with %s (%s), want %s", end.To, end.Code, end.Reason, code)
+	}
+	decided := rec.await(t, "decision on lane 1", func(e knit.Event) bool {
+		return e.Lane == 1 && e.Incarnation == end.Incarnation && (e.To == knit.StateRestarting || e.To == knit.StateDead || e.To == knit.StateClosed && how == "clean close")
+	})
+	if got := decided.To == knit.StateRestarting; got != restart {
+		t.Fatalf("lane 1 after %s: %v (%s), want restart=%v", how, decided.To, decided.Reason, restart)
+	}
+	if how == "startup failure" {
+		_ = os.Remove(bootFail)
+	}
+	if restart {
+		rec.await(t, "lane 1 back", func(e knit.Event) bool {
+			return e.Lane == 1 && e.To == knit.StateReady && e.Incarnation > end.Incarnation
+		})
+		for _, sib := range []int{0, 2} {
+			want := strat == knit.AllForOne || strat == knit.RestForOne && sib > 1
+			if want {
+				rec.await(t, "sibling back", func(e knit.Event) bool { return e.Lane == sib && e.To == knit.StateReady && e.Incarnation > 0 })
+			}
+			if got := has(rec.events(sib), knit.StateStopping); got != want {
+				t.Errorf("lane %d stopped with lane 1 under %v: %v, want %v", sib, strat, got, want)
+			}
+		}
+	} else if how != "clean close" {
+		for _, sib := range []int{0, 2} {
+			if es := rec.events(sib); has(es, knit.StateStopping) || len(es) != 2 {
+				t.Errorf("lane %d disturbed although lane 1 was not restarted: %v", sib, es)
+			}
+		}
+	}
+	cancel()
+	for i, f := range append(heldCalls, triggers...) {
+		_, err := f.Wait()
+		var ke *knit.Error
+		if err == nil || !errors.As(err, &ke) {
+			if i < len(heldCalls) || err != nil {
+				t.Errorf("call %d settled with %v", i, err)
+			}
+			continue
+		}
+		if ke.Lane == 1 && ke.Code != code && how != "clean close" && how != "startup failure" {
+			t.Errorf("call %d held by lane 1 settled with %v, want %s", i, err, code)
+		}
+	}
+	if restart { // the pool serves again
+		for i := range 3 {
+			if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 2}); err != nil || sum != int64(i)+2 {
+				t.Errorf("call after the restart: %d, %v", sum, err)
+			}
+		}
+	}
+	if err := p.Close(context.Background()); err != nil && how != "clean close" {
+		t.Logf("close: %v", err)
+	}
+	for i := range 3 {
+		for _, e := range rec.events(i) {
+			if e.To == knit.StateRestarting && how == "clean close" {
+				t.Errorf("lane %d restarted during Close", i)
+			}
+		}
+	}
+}
+
+func TestLaneIgnoringStopIsKilledAndClosed(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "started")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process, Logger: zap.NewNop(),
+		KillGrace: 100 * time.Millisecond, OnEvent: rec.record}, supTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := stubborn.Go(context.Background(), p, fifo)
+	if _, err := os.ReadFile(fifo); err != nil { // the lane now ignores SIGTERM
+		t.Fatal(err)
+	}
+	now, stop := context.WithCancel(context.Background())
+	stop()
+	err = p.Close(now)
+	if !errors.Is(err, knit.ErrThreadClosed) || !strings.Contains(err.Error(), "killed: 0") {
+		t.Errorf("Close: %v, want THREAD_CLOSED naming lane 0 as killed", err)
+	}
+	if _, err := f.Wait(); !errors.Is(err, knit.ErrThreadClosed) || !strings.Contains(err.Error(), "SIGKILL") {
+		t.Errorf("held call: %v, want THREAD_CLOSED after SIGKILL", err)
+	}
+	es := rec.events(0)
+	if last := es[len(es)-1]; last.To != knit.StateClosed || last.Code != knit.CodeThreadClosed {
+		t.Errorf("lane ended %+v", last)
+	}
+}
+
+// A lane that crashes in a loop is given up after MaxRestarts in Period, with a backoff that
+// doubles up to its cap; with no lane left the pool fails, tells its parent and refuses calls.
+func TestRestartIntensity(t *testing.T) {
+	bootFail := filepath.Join(t.TempDir(), "bootfail")
+	if err := os.WriteFile(bootFail, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KNIT_TEST_BOOTFAIL", bootFail)
+	t.Setenv("KNIT_TEST_BOOTFAIL_ANY", "1")
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	defer sys.Shutdown()
+	told := make(chan *knit.PoolFailed, 1)
+	parent := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if m, ok := c.Message().(*knit.PoolFailed); ok {
+			told <- m
+		}
+	}))
+	defer func() { _ = sys.Root.StopFuture(parent).Wait() }()
+	rec := newRecorder()
+	p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record,
+		ActorSystem: sys, Parent: parent,
+		Restart: knit.Restart{MaxRestarts: 5, Period: time.Hour,
+			Backoff: knit.Backoff{Min: time.Millisecond, Max: 4 * time.Millisecond, Jitter: -1}}}, supTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for _, l := range p.Stats().Lanes {
+		if err := syscall.Kill(l.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.await(t, "pool failed", func(e knit.Event) bool { return e.Lane == -1 && e.To == knit.StateFailed })
+	want := "[1ms 2ms 4ms 4ms 4ms]"
+	for lane := range 2 {
+		var delays []time.Duration
+		var dead *knit.Event
+		for _, e := range rec.events(lane) {
+			switch e.To {
+			case knit.StateRestarting:
+				delays = append(delays, e.Delay)
+			case knit.StateDead:
+				dead = &e
+			}
+		}
+		if fmt.Sprint(delays) != want {
+			t.Errorf("lane %d backoff schedule %v, want %s", lane, delays, want)
+		}
+		if dead == nil || !strings.Contains(dead.Reason, "intensity") {
+			t.Errorf("lane %d not given up for intensity: %+v", lane, dead)
+		}
+	}
+	if _, err := add.Call(context.Background(), p, [2]int64{1, 2}); !errors.Is(err, knit.ErrPoolUnavailable) {
+		t.Errorf("call on a failed pool: %v, want POOL_UNAVAILABLE", err)
+	}
+	m := <-told
+	if !m.Pool.Equal(p.PID()) || !errors.Is(m.Err, knit.ErrPoolUnavailable) {
+		t.Errorf("parent told %+v", m)
+	}
+	if s := p.Stats(); !s.Failed || s.Lanes[0].State != knit.StateDead {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// Chaos: 4 process lanes serve 200,000 calls from 32 goroutines while lanes are SIGKILLed at
+// random. Every call settles, with its result or a coded error; Idempotent calls all succeed;
+// the pool ends with 4 ready lanes and leaves nothing behind.
+func TestChaos(t *testing.T) {
+	calls, kills := 200_000, 12
+	if testing.Short() {
+		calls, kills = 20_000, 4
+	}
+	before := shmNames(t)
+	rec := newRecorder()
+	p, err := knit.NewPool(knit.Config{Lanes: 4, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record,
+		Restart: knit.Restart{MaxRestarts: -1, Backoff: knit.Backoff{Min: time.Millisecond, Max: 10 * time.Millisecond}}}, supTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pidMu sync.Mutex
+	pids := map[int]bool{}
+	notePIDs := func() {
+		pidMu.Lock()
+		defer pidMu.Unlock()
+		for _, l := range p.Stats().Lanes {
+			if l.PID > 0 {
+				pids[l.PID] = true
+			}
+		}
+	}
+	notePIDs()
+
+	var done, idemFailed, coded atomic.Int64
+	var wrong atomic.Value
+	killAt := make(chan struct{}, kills)
+	var wg sync.WaitGroup
+	per := calls / 32
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				a, b := int64(g), int64(i)
+				var sum int64
+				var err error
+				idem := i%2 == 0
+				if idem {
+					sum, err = idemAdd.Call(context.Background(), p, [2]int64{a, b})
+				} else {
+					sum, err = add.Call(context.Background(), p, [2]int64{a, b})
+				}
+				var ke *knit.Error
+				switch {
+				case err == nil && sum != a+b:
+					wrong.Store(fmt.Sprintf("%d+%d = %d", a, b, sum))
+				case err != nil && idem:
+					idemFailed.Add(1)
+					wrong.Store(fmt.Sprintf("idempotent call failed: %v", err))
+				case err != nil && !errors.As(err, &ke):
+					wrong.Store(fmt.Sprintf("uncoded error: %v", err))
+				case err != nil:
+					coded.Add(1)
+				}
+				if n := done.Add(1); n%int64(calls/(kills+1)) == 0 {
+					select {
+					case killAt <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	killed := 0
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	for loop := true; loop; {
+		select {
+		case <-killAt:
+			if killed == kills {
+				continue
+			}
+			notePIDs()
+			lanes := p.Stats().Lanes
+			if l := lanes[rand.N(len(lanes))]; l.PID > 0 && l.State == knit.StateReady {
+				_ = syscall.Kill(l.PID, syscall.SIGKILL)
+				killed++
+			}
+		case <-finished:
+			loop = false
+		}
+	}
+	if w := wrong.Load(); w != nil {
+		t.Fatalf("%v (idempotent failures %d)", w, idemFailed.Load())
+	}
+	t.Logf("%d calls, %d lanes killed, %d non-idempotent calls failed with a coded error", done.Load(), killed, coded.Load())
+	if killed == 0 {
+		t.Error("no lane was killed")
+	}
+	// The pool ends with 4 ready lanes: every restart reports its transitions.
+	rec.mu.Lock()
+	for !allReady(p) {
+		rec.cond.Wait()
+	}
+	rec.mu.Unlock()
+	notePIDs()
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("lane process %d still exists after Close", pid)
+		}
+	}
+	if after := shmNames(t); len(after) > len(before) {
+		t.Errorf("named mappings left: %v", after)
+	}
+	maps, _ := os.ReadFile("/proc/self/maps")
+	if strings.Contains(string(maps), "knit-lane") {
+		t.Error("a lane region is still mapped after Close")
+	}
+}
+
+func allReady(p *knit.Pool) bool {
+	for _, l := range p.Stats().Lanes {
+		if l.State != knit.StateReady {
+			return false
+		}
+	}
+	return true
+}
