@@ -93,9 +93,10 @@ func TimeoutDefault(d time.Duration, v any) TaskOption {
 	return func(o *actors.Options) { o.Timeout, o.Default, o.HasDefault = d, v, true }
 }
 
-// HardTimeout bounds a call like Timeout does. Killing and restarting a process lane whose
-// call overruns it arrives with the supervisor; goroutines cannot be killed, so on goroutine
-// lanes it will stay a Timeout.
+// HardTimeout bounds a call like Timeout does, and more: on a process lane, a call that
+// overruns it gets the lane killed (WORKER_CRASHED, reason hard timeout; its other calls
+// settle with that code, or run again elsewhere if Idempotent) and the supervisor restarts
+// it. Goroutines cannot be killed, so on goroutine lanes it acts as a Timeout.
 func HardTimeout(d time.Duration) TaskOption {
 	return func(o *actors.Options) { o.HardTimeout = d }
 }

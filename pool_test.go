@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit"
 )
@@ -440,15 +443,32 @@ func TestScalarCallDoesNotAllocate(t *testing.T) {
 	if testing.CoverMode() != "" || raceEnabled {
 		t.Skip("allocation counts are only meaningful without -race and -cover")
 	}
-	p := newPool(t, knit.Config{Lanes: 1})
-	ctx := context.Background()
-	var failures atomic.Int32
-	allocs := testing.AllocsPerRun(10_000, func() {
-		if _, err := add.Call(ctx, p, [2]int64{1, 2}); err != nil {
-			failures.Add(1)
-		}
-	})
-	if failures.Load() != 0 || allocs != 0 {
-		t.Fatalf("%v allocs per scalar call (%d failures), want 0", allocs, failures.Load())
+	// With the default logger (KNIT_DEBUG unset, or naming only namespaces off the call
+	// path) and with a caller's logger at Info, under a supervision tree whose events and
+	// protoactor logs flow through the same loggers: a call costs nothing.
+	for _, tc := range []struct {
+		name, debug string
+		logger      *zap.Logger
+	}{
+		{"default", "", nil},
+		{"debug-supervisor", "supervisor,steal", nil},
+		{"caller-logger", "", zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KNIT_DEBUG", tc.debug)
+			for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+				p := newPool(t, knit.Config{Lanes: 1, Runtime: rt, Logger: tc.logger})
+				ctx := context.Background()
+				var failures atomic.Int32
+				allocs := testing.AllocsPerRun(10_000, func() {
+					if _, err := add.Call(ctx, p, [2]int64{1, 2}); err != nil {
+						failures.Add(1)
+					}
+				})
+				if failures.Load() != 0 || allocs != 0 {
+					t.Fatalf("%v: %v allocs per scalar call (%d failures), want 0", rt, allocs, failures.Load())
+				}
+			}
+		})
 	}
 }
