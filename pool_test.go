@@ -204,7 +204,13 @@ func TestDeadline(t *testing.T) {
 	if !errors.Is(err, knit.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want ErrTimeout wrapping DeadlineExceeded", err)
 	}
-	<-g.ended
+	select {
+	case <-g.started: // the task ran: its context ended with the call
+		if taskErr := <-g.ended; !errors.Is(taskErr, context.DeadlineExceeded) {
+			t.Fatalf("task context ended with %v", taskErr)
+		}
+	default: // on a loaded machine the deadline can pass before the lane takes the call: it never runs
+	}
 }
 
 func TestTaskTimeout(t *testing.T) {

@@ -388,7 +388,7 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		p.booting--
 		p.bootDone()
 	case *laneStop:
-		p.laneStopped(ctx, m.lane, m.gen, m.acked)
+		p.laneStopped(m.lane, m.gen, m.acked)
 	case *restartGo:
 		p.restart(ctx, m.g)
 	case *closeTree:
@@ -431,7 +431,7 @@ func (p *poolActor) closeNext() {
 	}
 }
 
-func (p *poolActor) laneStopped(ctx actor.Context, lane int, gen int64, acked bool) {
+func (p *poolActor) laneStopped(lane int, gen int64, acked bool) {
 	ln := p.t.lanes[lane]
 	switch {
 	case gen < ln.gen.Load():
