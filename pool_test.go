@@ -478,3 +478,63 @@ func TestScalarCallDoesNotAllocate(t *testing.T) {
 		})
 	}
 }
+
+var (
+	idemDouble = knit.Define("test.idem.double", func(_ context.Context, n int) (int, error) { return 2 * n, nil }, knit.Idempotent())
+	plainTwice = knit.Define("test.plain.double", func(_ context.Context, n int) (int, error) { return 2 * n, nil })
+	gatedPanic = knit.Define("test.gated.panic", func(_ context.Context, g *gate) (int, error) {
+		g.started <- struct{}{}
+		<-g.open
+		panic("crash the lane on purpose")
+	})
+)
+
+// A goroutine lane that crashes (PanicCrashesLane) is restarted; the Idempotent calls it held
+// run again on the new incarnation, the others settle with WORKER_CRASHED.
+func TestCrashedGoroutineLaneRestartsAndReRunsIdempotentCalls(t *testing.T) {
+	var events []knit.Event
+	var mu sync.Mutex
+	p, err := knit.NewPool(knit.Config{Lanes: 1, PanicCrashesLane: true, OnEvent: func(e knit.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}}, gatedPanic, idemDouble, plainTwice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	g := newGate()
+	crash := gatedPanic.Go(context.Background(), p, g)
+	<-g.started
+	var idem, plain []*knit.Future[int]
+	for i := range 10 {
+		idem = append(idem, idemDouble.Go(context.Background(), p, i))
+		plain = append(plain, plainTwice.Go(context.Background(), p, i))
+	}
+	close(g.open)
+	if _, err := crash.Wait(); !errors.Is(err, knit.ErrWorkerCrashed) {
+		t.Fatalf("crashing call: %v", err)
+	}
+	for i, f := range idem {
+		if v, err := f.Wait(); err != nil || v != 2*i {
+			t.Errorf("idempotent call %d: %d, %v", i, v, err)
+		}
+	}
+	for i, f := range plain {
+		if v, err := f.Wait(); err != nil && !errors.Is(err, knit.ErrWorkerCrashed) || err == nil && v != 2*i {
+			t.Errorf("plain call %d: %d, %v", i, v, err)
+		}
+	}
+	if s := p.Stats().Lanes[0]; s.Incarnation != 1 || s.Restarts != 1 {
+		t.Errorf("lane %+v", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var crashed bool
+	for _, e := range events {
+		crashed = crashed || e.To == knit.StateCrashed && e.Code == knit.CodeWorkerCrashed && e.Incarnation == 0
+	}
+	if !crashed {
+		t.Errorf("no crashed event: %+v", events)
+	}
+}
