@@ -145,6 +145,7 @@ const (
 	StateRestarting    = supervisor.Restarting
 	StateDead          = supervisor.Dead
 	StateFailed        = supervisor.Failed // the pool: no lane is left
+	StateNew           = supervisor.New    // before a lane's first boot
 )
 
 // PoolFailed is the message Config.Parent receives when the pool has failed.

@@ -157,7 +157,8 @@ type State int
 
 // States. A lane goes booting → ready → stopping → closed, or ends crashed, exited or
 // startup_failed; the supervisor then has it restarting (and booting again as a new
-// incarnation) or dead. The pool itself reports failed (Lane -1) when no lane is left.
+// incarnation) or dead. The pool itself reports failed (Lane -1) when no lane is left. A
+// lane's first event is from New.
 const (
 	Booting State = iota
 	Ready
@@ -169,9 +170,10 @@ const (
 	Restarting
 	Dead
 	Failed
+	New
 )
 
-var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed"}
+var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed", "new"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {

@@ -126,7 +126,7 @@ func Start(cfg Config, h Host) (*Tree, error) {
 		t.sys, t.own = actor.NewActorSystem(opts...), true
 	}
 	for i := range cfg.Lanes {
-		t.lanes = append(t.lanes, &laneInfo{idx: i})
+		t.lanes = append(t.lanes, &laneInfo{idx: i, state: New})
 	}
 	pa := &poolActor{t: t, booting: cfg.Lanes}
 	props := actor.PropsFromProducer(func() actor.Actor { return pa }, actor.WithSupervisor(pa))
@@ -314,8 +314,8 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 		return
 	}
 	a.w, a.phase = m.w, phaseUp
+	m.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
 	a.t.transition(a.ln, a.inc, Ready, "", "", 0)
-	m.w.Open()
 	ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
 	self, root, w := ctx.Self(), ctx.ActorSystem().Root, m.w
 	go func() {
