@@ -173,6 +173,10 @@ type ProcessConfig struct {
 	Env []string
 	// SharedMemory is Inherit (default) or Named, for wrappers that close inherited fds.
 	SharedMemory SharedMemoryMode
+	// Spares is how many lane processes the pool keeps started ahead — exec'd, initialised,
+	// waiting for a boot record — so that a restart skips process start-up (default 1;
+	// negative: none). A spare is started once the pool is up and after each one is taken.
+	Spares int
 }
 
 const (
@@ -200,6 +204,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartupTimeout <= 0 {
 		c.StartupTimeout = 10 * time.Second
+	}
+	switch {
+	case c.Process.Spares == 0:
+		c.Process.Spares = 1
+	case c.Process.Spares < 0:
+		c.Process.Spares = 0
 	}
 	if c.Runtime == Process && c.LaneSpin == 0 {
 		c.LaneSpin = defaultProcessSpin

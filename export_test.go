@@ -5,3 +5,6 @@ package knit
 func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	return newPool(cfg, false, tasks...)
 }
+
+// AwaitSpares waits until the spares being started are ready (or failed).
+func AwaitSpares(p *Pool) { p.spares.wg.Wait() }

@@ -23,14 +23,12 @@ import (
 // procLane is what a process lane adds to a lane: the child, its mapping and doorbell, and
 // what the host learns about its end.
 type procLane struct {
+	*child
 	mp     *shm.Mapping
 	efd    *futex.EventFD
-	cmd    *exec.Cmd
-	pid    int
 	ready  chan struct{} // closed once the lane has reported ready
 	exited chan struct{} // closed once the process has been waited for
 	gone   chan struct{} // closed once its calls are settled and its region unmapped
-	output *laneOutput
 
 	killMu sync.Mutex
 	killed lifecycle.Exit // why the host killed it, if it did
@@ -75,20 +73,38 @@ func (l *lane) startProcess() error {
 	l.laneBell, l.doneBell = fastpath.FutexBell{}, fastpath.EventBell{FD: pl.efd}
 	l.reaper = true
 
-	cmd, err := l.command(layout)
+	record, err := l.bootRecord(layout)
 	if err != nil {
 		l.release()
 		return l.startErr("%v", err)
 	}
-	l.started = true // from here on the lane ends through waitProcess
-	pl.output = newLaneOutput(l.p.root, l.idx)
-	cmd.Stdout, cmd.Stderr = pl.output.writer(false), pl.output.writer(true)
-	if err := cmd.Start(); err != nil {
-		l.started = false
-		l.release()
-		return l.startErr("spawn %s: %v", cmd.Path, err)
+	regionFile := pl.mp.File()
+	if l.p.cfg.Process.SharedMemory == Named {
+		regionFile = nil
 	}
-	pl.cmd, pl.pid = cmd, cmd.Process.Pid
+	// A restart takes a spare — a process that has exec'd and initialised already — when
+	// one is waiting; a first start, or a restart with none, spawns.
+	if sp := l.p.takeSpare(l.inc); sp != nil {
+		if err := sp.assign(record, regionFile, pl.efd.File()); err == nil {
+			pl.child = sp.child
+			pl.output.relabel(l.idx)
+		} else {
+			sp.kill()
+		}
+		l.p.refillSpares()
+	}
+	if pl.child == nil {
+		cmd, err := l.p.laneCommand([]*os.File{regionFile, pl.efd.File()}, lifecycle.EnvBoot+"="+string(record))
+		if err != nil {
+			l.release()
+			return l.startErr("%v", err)
+		}
+		if pl.child, err = startChild(cmd, newLaneOutput(l.p.root, l.idx)); err != nil {
+			l.release()
+			return l.startErr("spawn %s: %v", cmd.Path, err)
+		}
+	}
+	l.started = true // from here on the lane ends through waitProcess
 	if ce := logging.Debug(l.p.log, "lane spawned"); ce != nil {
 		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.Int("pid", pl.pid))
 	}
@@ -101,18 +117,9 @@ func (l *lane) startErr(format string, args ...any) error {
 	return &Error{Code: CodeStartupFailed, Lane: l.idx, Message: fmt.Sprintf(format, args...)}
 }
 
-// command builds the lane's command line, scrubbed environment and descriptors.
-func (l *lane) command(layout fastpath.Layout) (*exec.Cmd, error) {
+// bootRecord is the lane's boot record.
+func (l *lane) bootRecord(layout fastpath.Layout) ([]byte, error) {
 	cfg := l.p.cfg
-	argv := cfg.Process.Command
-	if len(argv) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("cannot find this executable: %w", err)
-		}
-		argv = []string{exe}
-	}
-	argv = append(append([]string(nil), cfg.Process.Prefix...), argv...)
 	boot := lifecycle.Boot{
 		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
@@ -124,28 +131,58 @@ func (l *lane) command(layout fastpath.Layout) (*exec.Cmd, error) {
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
 	}
-	record, err := json.Marshal(boot)
-	if err != nil {
-		return nil, err
+	return json.Marshal(boot)
+}
+
+// laneCommand is a lane process's command: the configured binary behind its prefix, a
+// scrubbed environment plus extra, files from fd 3 on, its own process group, and death
+// with the host.
+func (p *Pool) laneCommand(files []*os.File, extra string) (*exec.Cmd, error) {
+	cfg := p.cfg
+	argv := cfg.Process.Command
+	if len(argv) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("cannot find this executable: %w", err)
+		}
+		argv = []string{exe}
 	}
+	argv = append(append([]string(nil), cfg.Process.Prefix...), argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = laneEnv(cfg.Process.Env, string(record))
-	regionFile := l.proc.mp.File()
-	if cfg.Process.SharedMemory == Named {
-		regionFile = nil
-	}
-	cmd.ExtraFiles = []*os.File{regionFile, l.proc.efd.File()}
+	cmd.Env = append(laneEnv(cfg.Process.Env), extra)
+	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second // a grandchild holding the output pipes open cannot hang Wait
 	return cmd, nil
 }
 
-// laneEnv is a lane's scrubbed environment: KNIT_* variables, what allow names, and the
-// boot record.
-func laneEnv(allow []string, record string) []string {
+// child is a started lane process.
+type child struct {
+	cmd    *exec.Cmd
+	pid    int
+	output *laneOutput
+	waited chan struct{} // closed once the process has been waited for
+	err    error         // what Wait returned
+}
+
+func startChild(cmd *exec.Cmd, out *laneOutput) (*child, error) {
+	cmd.Stdout, cmd.Stderr = out.writer(false), out.writer(true)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, pid: cmd.Process.Pid, output: out, waited: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.waited)
+	}()
+	return c, nil
+}
+
+// laneEnv is a lane's scrubbed environment: KNIT_* variables and what allow names.
+func laneEnv(allow []string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "KNIT_") && !strings.HasPrefix(kv, lifecycle.EnvBoot+"=") && !strings.HasPrefix(kv, lifecycle.EnvLane+"=") {
+		if strings.HasPrefix(kv, "KNIT_") && !strings.HasPrefix(kv, lifecycle.EnvBoot+"=") && !strings.HasPrefix(kv, lifecycle.EnvLane+"=") && !strings.HasPrefix(kv, lifecycle.EnvSpare+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -156,7 +193,7 @@ func laneEnv(allow []string, record string) []string {
 			env = append(env, a+"="+v)
 		}
 	}
-	return append(env, lifecycle.EnvLane+"=1", lifecycle.EnvBoot+"="+record)
+	return append(env, lifecycle.EnvLane+"=1")
 }
 
 // awaitReady waits for the lane to report ready, to exit, or for the startup timeout.
@@ -191,7 +228,8 @@ func (l *lane) kill(why lifecycle.Exit) {
 // reaper has let go of it.
 func (l *lane) waitProcess() {
 	pl := l.proc
-	werr := pl.cmd.Wait()
+	<-pl.waited
+	werr := pl.err
 	_ = syscall.Kill(-pl.pid, syscall.SIGKILL) // the lane's own children go with it
 	close(pl.exited)
 	pl.killMu.Lock()
@@ -317,7 +355,17 @@ type laneOutput struct {
 const tailKeep = 64
 
 func newLaneOutput(root *zap.Logger, lane int) *laneOutput {
-	return &laneOutput{root: root, log: root.Named(logging.Lane).With(zap.Int("lane", lane)), lines: make([]string, tailKeep)}
+	o := &laneOutput{root: root, lines: make([]string, tailKeep)}
+	o.relabel(lane)
+	return o
+}
+
+// relabel names the lane the output belongs to (a spare learns it when it is taken; -1 until
+// then).
+func (o *laneOutput) relabel(lane int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.log = o.root.Named(logging.Lane).With(zap.Int("lane", lane))
 }
 
 func (o *laneOutput) writer(stderr bool) *lineWriter { return &lineWriter{out: o, stderr: stderr} }
@@ -337,11 +385,15 @@ func (o *laneOutput) line(s string, stderr bool) {
 		if o.failure == "" && (strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ")) {
 			o.failure = s
 		}
+		log := o.log
 		o.mu.Unlock()
-		o.log.Warn("lane stderr", zap.String("line", s))
+		log.Warn("lane stderr", zap.String("line", s))
 		return
 	}
-	o.log.Info("lane stdout", zap.String("line", s))
+	o.mu.Lock()
+	log := o.log
+	o.mu.Unlock()
+	log.Info("lane stdout", zap.String("line", s))
 }
 
 func (o *laneOutput) tail() []string {

@@ -47,6 +47,8 @@ type Pool struct {
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
 	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
+	spares spares // process lanes started ahead for restarts
+
 	events  chan Event
 	evMu    sync.Mutex // guards sends on events against its closing
 	evDone  bool
@@ -114,6 +116,9 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.tree = tree
+	if cfg.Runtime == Process {
+		p.refillSpares()
+	}
 	p.log.Debug("pool started", zap.Int("lanes", cfg.Lanes), zap.Stringer("runtime", cfg.Runtime))
 	return p, nil
 }
@@ -382,6 +387,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		} else {
 			unacked = p.stopLanes()
 		}
+		p.closeSpares()
 		p.closeEvents()
 		if len(unacked) > 0 {
 			what := "abandoned"
@@ -490,11 +496,13 @@ type Stats struct {
 	Closed        bool
 	Failed        bool   // the supervisor gave up every lane
 	DroppedEvents uint64 // events that found Events() full
+	Spares        []int  // process IDs of the spare lane processes waiting for a restart
 }
 
 // Stats returns a snapshot of the pool's lanes.
 func (p *Pool) Stats() Stats {
-	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil, DroppedEvents: p.dropped.Load()}
+	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
+		DroppedEvents: p.dropped.Load(), Spares: p.sparePIDs()}
 	for i := range p.lanes {
 		ls := LaneStats{Lane: i}
 		if p.tree != nil {

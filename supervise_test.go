@@ -213,6 +213,10 @@ func TestSupervisionMatrix(t *testing.T) {
 }
 
 func matrixCase(t *testing.T, how string, code knit.Code, restart bool, typ knit.RestartType, strat knit.Strategy) {
+	spares := 0 // restarts take a spare process
+	if how == "startup failure" {
+		spares = -1 // the failure is injected at init, from the boot record a spare lacks then
+	}
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	if err := syscall.Mkfifo(gate, 0o600); err != nil {
@@ -225,6 +229,7 @@ func matrixCase(t *testing.T, how string, code knit.Code, restart bool, typ knit
 		Lanes: 3, Runtime: knit.Process, PanicCrashesLane: true, Logger: zap.NewNop(),
 		KillGrace: 200 * time.Millisecond, OnEvent: rec.record,
 		Restart: knit.Restart{Type: typ, Strategy: strat, Backoff: knit.Backoff{Min: -1}},
+		Process: knit.ProcessConfig{Spares: spares},
 	}, supTasks...)
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +400,7 @@ func TestRestartIntensity(t *testing.T) {
 	defer func() { _ = sys.Root.StopFuture(parent).Wait() }()
 	rec := newRecorder()
 	p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record,
-		ActorSystem: sys, Parent: parent,
+		ActorSystem: sys, Parent: parent, Process: knit.ProcessConfig{Spares: -1}, // failures injected at init
 		Restart: knit.Restart{MaxRestarts: 5, Period: time.Hour,
 			Backoff: knit.Backoff{Min: time.Millisecond, Max: 4 * time.Millisecond, Jitter: -1}}}, supTasks...)
 	if err != nil {
@@ -564,4 +569,50 @@ func allReady(p *knit.Pool) bool {
 		}
 	}
 	return true
+}
+
+// A restart takes the spare process the pool keeps started; a new spare replaces it.
+func TestRestartTakesSpare(t *testing.T) {
+	rec := newRecorder()
+	p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record}, supTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	knit.AwaitSpares(p)
+	spares := p.Stats().Spares
+	if len(spares) != 1 {
+		t.Fatalf("spares %v, want one", spares)
+	}
+	old := p.Stats().Lanes[0].PID
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, "restart", func(e knit.Event) bool { return e.To == knit.StateReady && e.Incarnation == 1 })
+	if sum, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || sum != 3 {
+		t.Fatalf("call after the restart: %d, %v", sum, err)
+	}
+	if l := p.Stats().Lanes[0]; l.PID != spares[0] || l.Incarnation != 1 {
+		t.Fatalf("restarted lane %+v, want the spare %d", l, spares[0])
+	}
+	knit.AwaitSpares(p)
+	if s := p.Stats().Spares; len(s) != 1 || s[0] == spares[0] {
+		t.Fatalf("spares after the restart %v", s)
+	}
+	// A spare that died waiting is passed over: the restart spawns a process.
+	dead := p.Stats().Spares[0]
+	if err := syscall.Kill(dead, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p.Stats().Lanes[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// (Incarnation 2, or 3 should the dying spare have been taken and failed to boot.)
+	rec.await(t, "second restart", func(e knit.Event) bool { return e.To == knit.StateReady && e.Incarnation >= 2 })
+	if sum, err := add.Call(context.Background(), p, [2]int64{2, 2}); err != nil || sum != 4 {
+		t.Fatalf("call after the second restart: %d, %v", sum, err)
+	}
+	if l := p.Stats().Lanes[0]; l.PID == dead || l.Incarnation < 2 {
+		t.Fatalf("lane %+v took the dead spare %d", l, dead)
+	}
 }

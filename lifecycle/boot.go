@@ -15,12 +15,16 @@ import (
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Environment of a lane process.
 const (
 	EnvBoot = "KNIT_BOOT" // the boot record, JSON
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
+	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
+	// It waits on FDRegion, a unix socket, for its record and descriptors (see Assignment).
+	EnvSpare = "KNIT_SPARE"
 )
 
 // Inherited descriptors of a lane process (exec.Cmd.ExtraFiles start at 3).
@@ -72,6 +76,15 @@ func IsLane() bool { return os.Getenv(EnvLane) != "" }
 // "panic: ..." text), so that the stderr tail of a startup failure or crash report reads the
 // same whether or not the host parses the JSON lines.
 func Serve() int {
+	if os.Getenv(EnvSpare) != "" {
+		switch err := awaitAssignment(); {
+		case errors.Is(err, errNotNeeded):
+			return ExitStopped
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "knit lane: spare: %v\n", err)
+			return ExitBoot
+		}
+	}
 	var b Boot
 	bootErr := json.Unmarshal([]byte(os.Getenv(EnvBoot)), &b)
 	log := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
@@ -251,4 +264,62 @@ func (w *abortWatch) stop() {
 	w.region.AbortWake().Add(1)
 	_, _ = futex.Wake(w.region.AbortWake(), 1)
 	<-w.done
+}
+
+// errNotNeeded is a spare's host closing its socket: the spare was never needed.
+var errNotNeeded = errors.New("not needed")
+
+// Assignment is what the host sends a spare in one message on its socket: the boot record as
+// the message, the region's memfd (unless the record names a mapping) and the completion
+// eventfd as SCM_RIGHTS.
+func Assignment(record []byte, region, done *os.File) (msg, oob []byte) {
+	fds := []int{int(done.Fd())}
+	if region != nil {
+		fds = []int{int(region.Fd()), int(done.Fd())}
+	}
+	return record, unix.UnixRights(fds...)
+}
+
+// awaitAssignment makes a spare a lane: it waits for its Assignment and puts the record and
+// descriptors where a lane started directly finds them (EnvBoot, FDRegion, FDDone).
+func awaitAssignment() error {
+	buf := make([]byte, 1<<20)
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(FDRegion, buf, oob, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading the assignment: %w", err)
+	case n == 0 && oobn == 0:
+		return errNotNeeded
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return fmt.Errorf("assignment without descriptors (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) < 1 || len(fds) > 2 {
+		return fmt.Errorf("assignment with %d descriptors (%v)", len(fds), err)
+	}
+	if len(fds) == 2 { // the region: it replaces the socket on FDRegion
+		if err := unix.Dup3(fds[0], FDRegion, 0); err != nil {
+			return err
+		}
+		unix.Close(fds[0])
+	} else {
+		unix.Close(FDRegion)
+	}
+	done := fds[len(fds)-1]
+	if err := unix.Dup3(done, FDDone, 0); err != nil {
+		return err
+	}
+	unix.Close(done)
+	_ = os.Unsetenv(EnvSpare)
+	return os.Setenv(EnvBoot, string(buf[:n]))
 }

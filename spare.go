@@ -1,0 +1,151 @@
+package knit
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/knitgo/knit/lifecycle"
+)
+
+// A spare is a lane process started ahead of need: it has exec'd, initialised the Go runtime
+// and every package, and waits on a unix socket for a boot record. A restart that takes one
+// skips the slowest part of a process lane's start (docs/benchmarks.md, "Supervision").
+type spare struct {
+	*child
+	sock *os.File // the host's end of the socket
+}
+
+// spares is a pool's stock of spare processes.
+type spares struct {
+	mu       sync.Mutex
+	ready    []*spare
+	starting int
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// takeSpare hands a restart a living spare, if one is waiting. First starts never take one:
+// they start together, and a spare is only started once the pool is up.
+func (p *Pool) takeSpare(inc int) *spare {
+	if inc == 0 {
+		return nil
+	}
+	s := &p.spares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.ready) > 0 {
+		sp := s.ready[0]
+		s.ready = s.ready[1:]
+		select {
+		case <-sp.waited: // it died waiting
+			sp.sock.Close()
+		default:
+			return sp
+		}
+	}
+	return nil
+}
+
+// refillSpares starts spares until Process.Spares are ready or starting.
+func (p *Pool) refillSpares() {
+	s := &p.spares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for !s.closed && len(s.ready)+s.starting < p.cfg.Process.Spares {
+		s.starting++
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			sp, err := p.startSpare()
+			s.mu.Lock()
+			s.starting--
+			switch {
+			case err != nil:
+				s.mu.Unlock()
+				p.log.Warn("could not start a spare lane process", zap.Error(err))
+			case s.closed:
+				s.mu.Unlock()
+				sp.kill()
+			default:
+				s.ready = append(s.ready, sp)
+				s.mu.Unlock()
+			}
+		}()
+	}
+}
+
+// closeSpares ends every spare, and any still starting, before Close returns.
+func (p *Pool) closeSpares() {
+	s := &p.spares
+	s.mu.Lock()
+	s.closed = true
+	ready := s.ready
+	s.ready = nil
+	s.mu.Unlock()
+	for _, sp := range ready {
+		sp.kill()
+	}
+	s.wg.Wait()
+}
+
+// sparePIDs lists the spare processes waiting for a restart.
+func (p *Pool) sparePIDs() []int {
+	s := &p.spares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pids []int
+	for _, sp := range s.ready {
+		pids = append(pids, sp.pid)
+	}
+	return pids
+}
+
+func (p *Pool) startSpare() (*spare, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	host, theirs := os.NewFile(uintptr(fds[0]), "knit-spare"), os.NewFile(uintptr(fds[1]), "knit-spare-lane")
+	defer theirs.Close()
+	cmd, err := p.laneCommand([]*os.File{theirs}, lifecycle.EnvSpare+"=1")
+	if err != nil {
+		host.Close()
+		return nil, err
+	}
+	c, err := startChild(cmd, newLaneOutput(p.root, -1))
+	if err != nil {
+		host.Close()
+		return nil, err
+	}
+	return &spare{child: c, sock: host}, nil
+}
+
+// assign turns the spare into a lane: one message with the boot record and descriptors.
+func (sp *spare) assign(record []byte, region, done *os.File) error {
+	defer sp.sock.Close()
+	msg, oob := lifecycle.Assignment(record, region, done)
+	conn, err := sp.sock.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := conn.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), msg, oob, nil, 0)
+		return serr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// kill ends a spare that was never assigned, and reaps it.
+func (sp *spare) kill() {
+	_ = syscall.Kill(-sp.pid, syscall.SIGKILL)
+	<-sp.waited
+	sp.sock.Close()
+}
