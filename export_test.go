@@ -6,5 +6,5 @@ func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	return newPool(cfg, false, tasks...)
 }
 
-// AwaitSpares waits until the spares being started are ready (or failed).
+// AwaitSpares waits until the spares being started have initialised (or failed).
 func AwaitSpares(p *Pool) { p.spares.wg.Wait() }

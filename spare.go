@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -13,7 +14,7 @@ import (
 )
 
 // A spare is a lane process started ahead of need: it has exec'd, initialised the Go runtime
-// and every package, and waits on a unix socket for a boot record. A restart that takes one
+// and every package, reported so, and waits on a unix socket for a boot record. A restart that takes one
 // skips the slowest part of a process lane's start (docs/benchmarks.md, "Supervision").
 type spare struct {
 	*child
@@ -25,6 +26,7 @@ type spares struct {
 	mu       sync.Mutex
 	ready    []*spare
 	starting int
+	booting  map[*spare]bool // started, not yet initialised: Close kills them too
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -86,6 +88,9 @@ func (p *Pool) closeSpares() {
 	s.closed = true
 	ready := s.ready
 	s.ready = nil
+	for sp := range s.booting {
+		_ = syscall.Kill(-sp.pid, syscall.SIGKILL)
+	}
 	s.mu.Unlock()
 	for _, sp := range ready {
 		sp.kill()
@@ -110,6 +115,7 @@ func (p *Pool) startSpare() (*spare, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
+	_ = unix.SetNonblock(fds[0], true) // the host's end goes through the netpoller: deadlines work
 	host, theirs := os.NewFile(uintptr(fds[0]), "knit-spare"), os.NewFile(uintptr(fds[1]), "knit-spare-lane")
 	defer theirs.Close()
 	cmd, err := p.laneCommand([]*os.File{theirs}, lifecycle.EnvSpare+"=1")
@@ -122,7 +128,26 @@ func (p *Pool) startSpare() (*spare, error) {
 		host.Close()
 		return nil, err
 	}
-	return &spare{child: c, sock: host}, nil
+	sp := &spare{child: c, sock: host}
+	s := &p.spares
+	s.mu.Lock()
+	if s.booting == nil {
+		s.booting = map[*spare]bool{}
+	}
+	s.booting[sp] = true
+	s.mu.Unlock()
+	// It is a spare once it has initialised: its one-byte message says so. Close kills it
+	// meanwhile if it must; the read then fails.
+	_ = host.SetReadDeadline(time.Now().Add(p.cfg.StartupTimeout))
+	n, err := host.Read(make([]byte, 1))
+	s.mu.Lock()
+	delete(s.booting, sp)
+	s.mu.Unlock()
+	if n != 1 {
+		sp.kill()
+		return nil, fmt.Errorf("spare did not report ready: %v", err)
+	}
+	return sp, nil
 }
 
 // assign turns the spare into a lane: one message with the boot record and descriptors.

@@ -269,7 +269,8 @@ func (w *abortWatch) stop() {
 // errNotNeeded is a spare's host closing its socket: the spare was never needed.
 var errNotNeeded = errors.New("not needed")
 
-// Assignment is what the host sends a spare in one message on its socket: the boot record as
+// Assignment is what the host sends a spare, in one message on its socket, once the spare has
+// reported itself initialised with a one-byte message: the boot record as
 // the message, the region's memfd (unless the record names a mapping) and the completion
 // eventfd as SCM_RIGHTS.
 func Assignment(record []byte, region, done *os.File) (msg, oob []byte) {
@@ -283,6 +284,10 @@ func Assignment(record []byte, region, done *os.File) (msg, oob []byte) {
 // awaitAssignment makes a spare a lane: it waits for its Assignment and puts the record and
 // descriptors where a lane started directly finds them (EnvBoot, FDRegion, FDDone).
 func awaitAssignment() error {
+	// Tell the host this process is initialised: from now on taking it costs one message.
+	if _, err := unix.Write(FDRegion, []byte{1}); err != nil {
+		return fmt.Errorf("reporting ready: %w", err)
+	}
 	buf := make([]byte, 1<<20)
 	oob := make([]byte, unix.CmsgSpace(2*4))
 	var n, oobn int
