@@ -117,13 +117,14 @@ func (p *Pool) startSpare() (*spare, error) {
 	}
 	_ = unix.SetNonblock(fds[0], true) // the host's end goes through the netpoller: deadlines work
 	host, theirs := os.NewFile(uintptr(fds[0]), "knit-spare"), os.NewFile(uintptr(fds[1]), "knit-spare-lane")
-	defer theirs.Close()
 	cmd, err := p.laneCommand([]*os.File{theirs}, lifecycle.EnvSpare+"=1")
 	if err != nil {
 		host.Close()
+		theirs.Close()
 		return nil, err
 	}
 	c, err := startChild(cmd, newLaneOutput(p.root, -1))
+	theirs.Close() // the child's copy only: its death reads as end of file here
 	if err != nil {
 		host.Close()
 		return nil, err

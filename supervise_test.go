@@ -574,7 +574,10 @@ func allReady(p *knit.Pool) bool {
 // A restart takes the spare process the pool keeps started; a new spare replaces it.
 func TestRestartTakesSpare(t *testing.T) {
 	rec := newRecorder()
-	p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record}, supTasks...)
+	// A startup timeout that never expires: Close must not wait on a spare that is still
+	// initialising (as it does right after the second restart below), it kills it.
+	p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record,
+		StartupTimeout: time.Hour}, supTasks...)
 	if err != nil {
 		t.Fatal(err)
 	}
