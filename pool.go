@@ -508,7 +508,9 @@ func (p *Pool) Stats() Stats {
 		if p.tree != nil {
 			ls.State, ls.Incarnation, ls.Restarts = p.tree.LaneState(i)
 		}
-		if l := p.lanes[i].Load(); l != nil {
+		// Between a new incarnation's booting and its ready, the lane pointer still names
+		// the old one: its PID and counters are not this incarnation's.
+		if l := p.lanes[i].Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
 			var st fastpath.StatsSnapshot
 			l.mu.Lock()
 			switch {
