@@ -354,6 +354,12 @@ func TestGoexitEndsLane(t *testing.T) {
 	if _, err := add.Call(context.Background(), p, [2]int64{}); err != nil {
 		t.Fatalf("call after the restart: %v", err)
 	}
+	// The new incarnation takes calls a moment before its ready event is reported.
+	for e := range p.Events() {
+		if e.Lane == 0 && e.To == knit.StateReady && e.Incarnation == 1 {
+			break
+		}
+	}
 	if s := p.Stats().Lanes[0]; s.State != knit.StateReady || s.Incarnation != 1 || s.Restarts != 1 {
 		t.Fatalf("lane after restart: %+v", s)
 	}
