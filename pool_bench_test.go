@@ -109,6 +109,11 @@ func benchPool(b *testing.B, cfg knit.Config) (*knit.Pool, func(error) string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return watched(b, p)
+}
+
+// watched puts a started pool under the stall watchdog and closes it at the end.
+func watched(b *testing.B, p *knit.Pool) (*knit.Pool, func(error) string) {
 	var why atomic.Pointer[string]
 	done, exited := make(chan struct{}), make(chan struct{})
 	go watchdog(p, &why, done, exited)

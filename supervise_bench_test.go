@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -63,21 +62,7 @@ func supBenchPool(b *testing.B, cfg knit.Config, supervised bool) (*knit.Pool, f
 	if err != nil {
 		b.Fatal(err)
 	}
-	var why atomic.Pointer[string]
-	done, exited := make(chan struct{}), make(chan struct{})
-	go watchdog(p, &why, done, exited)
-	b.Cleanup(func() {
-		if err := p.Close(context.Background()); err != nil && why.Load() == nil {
-			b.Error(err)
-		}
-	})
-	b.Cleanup(func() { close(done); <-exited })
-	return p, func(err error) string {
-		if w := why.Load(); w != nil {
-			return fmt.Sprintf("%v; %s", err, *w)
-		}
-		return fmt.Sprint(err)
-	}
+	return watched(b, p)
 }
 
 func benchSupCall(b *testing.B, cfg knit.Config, supervised bool) {
