@@ -89,7 +89,6 @@ type laneInfo struct {
 	group    *group      // the restart it waits for (stopping, waiting)
 	failures []time.Time // within Period
 	streak   int         // restarts in a row, for backoff
-	upSince  time.Time   // when its incarnation became ready
 }
 
 type mode int
@@ -199,6 +198,7 @@ func (t *Tree) incarnation(ln *laneInfo) int {
 type Failure struct {
 	Lane, Incarnation int
 	End               End
+	Up                time.Time // when the incarnation became ready; zero if it never did
 }
 
 func (f *Failure) Error() string {
@@ -239,7 +239,8 @@ type laneActor struct {
 	stop   bool // the pool asked for a stop
 	acked  bool
 	ended  bool
-	halted bool // Stop returned
+	halted bool      // Stop returned
+	up     time.Time // when the incarnation became ready
 }
 
 type phase int
@@ -294,7 +295,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.phase = phaseDown
-		escalate(ctx, &Failure{Lane: a.ln.idx, Incarnation: a.inc, End: end})
+		escalate(ctx, &Failure{Lane: a.ln.idx, Incarnation: a.inc, End: end, Up: a.up})
 	}
 }
 
@@ -316,6 +317,7 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 	a.w, a.phase = m.w, phaseUp
 	m.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
 	a.t.transition(a.ln, a.inc, Ready, "", "", 0)
+	a.up = time.Now()
 	ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
 	self, root, w := ctx.Self(), ctx.ActorSystem().Root, m.w
 	go func() {
@@ -375,7 +377,6 @@ func (p *poolActor) Receive(ctx actor.Context) {
 			ln.pid = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &laneActor{t: t, ln: ln} }))
 		}
 	case *laneUp:
-		t.lanes[m.lane].upSince = time.Now()
 		if p.booting > 0 {
 			p.booting--
 			p.bootDone()
@@ -525,10 +526,10 @@ func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, ch
 		p.giveUp(sup, ln, fmt.Sprintf("restart intensity reached: %d restarts within %v", pol.MaxRestarts, pol.Period))
 		return
 	}
-	if !ln.upSince.IsZero() && now.Sub(ln.upSince) >= pol.Backoff.Reset {
+	// The failure carries its ready time: the pool's laneUp may still be queued behind it.
+	if !f.Up.IsZero() && now.Sub(f.Up) >= pol.Backoff.Reset {
 		ln.streak = 0
 	}
-	ln.upSince = time.Time{}
 	ln.streak++
 	g := &group{cause: f.Lane, delay: pol.Backoff.Delay(ln.streak, p.t.cfg.Rand())}
 	for _, o := range p.t.lanes {
