@@ -109,6 +109,8 @@ type group struct {
 	timer   *time.Timer
 }
 
+const deadLetterInterval = 10 * time.Millisecond
+
 // Start spawns the tree and boots every lane, in parallel. It returns once all are ready, or
 // with the first startup error (the tree is then closed).
 func Start(cfg Config, h Host) (*Tree, error) {
@@ -118,7 +120,9 @@ func Start(cfg Config, h Host) (*Tree, error) {
 	}
 	t := &Tree{cfg: cfg, host: h, sys: cfg.System, booted: make(chan error, 1)}
 	if t.sys == nil {
-		var opts []actor.ConfigOption
+		// protoactor starts a goroutine per dead-letter burst that lives for the throttle
+		// interval (1 s by default); keep it short so none outlives Close for long.
+		opts := []actor.ConfigOption{actor.WithDeadLetterThrottleInterval(deadLetterInterval)}
 		if cfg.Logger != nil {
 			opts = append(opts, cfg.Logger)
 		}

@@ -214,7 +214,7 @@ func TestRestartTypes(t *testing.T) {
 
 func TestIntensityAndBackoffSchedule(t *testing.T) {
 	h := newFakeHost()
-	sys := actor.NewActorSystem(quiet)
+	sys := actor.NewActorSystem(quiet, actor.WithDeadLetterThrottleInterval(deadLetterInterval))
 	defer sys.Shutdown()
 	told := make(chan *PoolFailed, 1)
 	parent := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
