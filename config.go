@@ -82,9 +82,10 @@ type Config struct {
 	StartupTimeout time.Duration
 	// Process configures process lanes.
 	Process ProcessConfig
-	// Logger receives knit's logs and the output of process lanes; it decides their levels.
-	// Default: Info and above to stderr, plus Debug for the namespaces KNIT_DEBUG names
-	// (lifecycle, fastpath, steal, supervisor, codec, lane, or *).
+	// Logger receives knit's logs and the output of process lanes; it decides their levels
+	// (process lanes log Debug entries if it takes them). Default: Info and above to stderr,
+	// plus Debug for the namespaces KNIT_DEBUG names (lifecycle, fastpath, steal,
+	// supervisor, codec, lane, or *); docs/lifecycle.md lists what each one logs.
 	Logger *zap.Logger
 	// ActorSystem runs the pool's supervision tree in an existing protoactor system, where
 	// application actors can watch Pool.PID. Default: a system of the pool's own.

@@ -8,3 +8,6 @@ func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
 
 // AwaitSpares waits until the spares being started have initialised (or failed).
 func AwaitSpares(p *Pool) { p.spares.wg.Wait() }
+
+// LaneDebug is the KNIT_DEBUG value the pool's process lanes get.
+func LaneDebug(p *Pool) string { return p.laneDebug }

@@ -7,8 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.uber.org/zap"
+
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
@@ -99,6 +102,7 @@ func (l *lane) start() error {
 		return err
 	}
 	l.region = region
+	l.debugRegion("heap")
 	l.req, l.ret = region.Requests().Producer(), region.Returns().Consumer()
 	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
 	l.done = region.Returns().Completion()
@@ -119,7 +123,26 @@ func (l *lane) start() error {
 		l.exitErr = exec.Run()
 		returned = true
 	}()
+	l.debug("lane goroutine started")
 	return nil
+}
+
+// debug logs msg in the lane namespace with the lane's identity (nothing is built when the
+// namespace is off). Not for the call path: fields are built by the caller.
+func (l *lane) debug(msg string, fields ...zap.Field) {
+	if ce := logging.Debug(l.p.laneLog, msg); ce != nil {
+		ce.Write(append([]zap.Field{zap.Int("lane", l.idx), zap.Int("incarnation", l.inc)}, fields...)...)
+	}
+}
+
+// debugRegion logs a new region's shape in the fastpath namespace.
+func (l *lane) debugRegion(kind string) {
+	if ce := logging.Debug(l.p.fastLog, "region created"); ce != nil {
+		layout := l.region.Layout()
+		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.String("memory", kind),
+			zap.Int("bytes", layout.Size()), zap.Int("slots", fastpath.Slots), zap.Int("inline", layout.Inline),
+			zap.Int("arena", layout.Arena), zap.Int("abort_bits", layout.AbortBits))
+	}
 }
 
 var errGoexit = errors.New("lane goroutine exited (runtime.Goexit in a task)")
@@ -320,6 +343,9 @@ func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
 	case o == actors.Failed:
 		return &Error{Code: CodeTaskError, Lane: l.idx, Task: t.Name(), Cause: err}
 	}
+	if ce := logging.Debug(l.p.codecLog, "payload did not decode"); ce != nil {
+		ce.Write(zap.Int("lane", l.idx), zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
+	}
 	return &Error{Code: CodeWorkerCrashed, Lane: l.idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
 }
 
@@ -453,6 +479,9 @@ func (l *lane) close(e *Error, release bool) {
 	}
 	l.fenced.Store(true)
 	l.draining.Store(false)
+	if ce := logging.Debug(l.p.fastLog, "rings fenced"); ce != nil {
+		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.Bool("results_drained", release))
+	}
 	held := 0
 	requeue := l.p.requeue
 	for _, d := range l.p.defs {
@@ -462,11 +491,15 @@ func (l *lane) close(e *Error, release bool) {
 	for range held {
 		l.p.callDone()
 	}
+	l.debug("lane ended", zap.String("code", string(e.Code)), zap.String("reason", e.Message), zap.Int("calls_settled", held))
 	close(l.ended)
 }
 
 // corrupt kills a lane whose return ring broke the protocol.
 func (l *lane) corrupt(err error) {
+	if ce := logging.Debug(l.p.fastLog, "return ring broke the protocol"); ce != nil {
+		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.Error(err))
+	}
 	if l.proc != nil {
 		l.kill(lifecycle.Exit{Corrupt: err})
 		return

@@ -59,6 +59,7 @@ func (l *lane) startProcess() error {
 		pl.mp.Close()
 		return l.startErr("region: %v", err)
 	}
+	l.debugRegion(map[SharedMemoryMode]string{Inherit: "memfd", Named: "named"}[cfg.Process.SharedMemory])
 	if pl.efd, err = futex.NewEventFD(); err != nil {
 		pl.mp.Close()
 		return l.startErr("eventfd: %v", err)
@@ -88,7 +89,9 @@ func (l *lane) startProcess() error {
 		if err := sp.assign(record, regionFile, pl.efd.File()); err == nil {
 			pl.child = sp.child
 			pl.output.relabel(l.idx)
+			l.debug("spare process assigned")
 		} else {
+			l.debug("spare process refused its assignment: spawning", zap.Int("pid", sp.pid), zap.Error(err))
 			sp.kill()
 		}
 		l.p.refillSpares()
@@ -105,9 +108,7 @@ func (l *lane) startProcess() error {
 		}
 	}
 	l.started = true // from here on the lane ends through waitProcess
-	if ce := logging.Debug(l.p.log, "lane spawned"); ce != nil {
-		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.Int("pid", pl.pid))
-	}
+	l.debug("lane process started", zap.Int("pid", pl.pid))
 	go l.waitProcess()
 	go l.reap()
 	return nil
@@ -123,7 +124,7 @@ func (l *lane) bootRecord(layout fastpath.Layout) ([]byte, error) {
 	boot := lifecycle.Boot{
 		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
-		Epoch: l.p.epoch.UnixNano(), Debug: os.Getenv("KNIT_DEBUG"), PanicCrash: cfg.PanicCrashesLane,
+		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
 	}
 	if cfg.Process.SharedMemory == Named {
 		boot.Shm = strings.TrimPrefix(l.proc.mp.Name(), "/dev/shm/")
@@ -257,6 +258,7 @@ func (l *lane) waitProcess() {
 	pl.output.mu.Lock()
 	x.Failure = pl.output.failure
 	pl.output.mu.Unlock()
+	l.debug("lane process reaped", zap.Int("pid", pl.pid), zap.Int("status", x.Status), zap.Stringer("signal", x.Signal))
 	e := lifecycle.Classify(x)
 	l.normal = e.Code == CodeWorkerExited && x.Status == 0
 	l.close(e, true)

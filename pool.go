@@ -26,16 +26,22 @@ import (
 
 // Pool runs tasks on lanes. Make one with NewPool; it is safe for concurrent use.
 type Pool struct {
-	cfg     Config
-	root    *zap.Logger // knit's root logger
-	log     *zap.Logger // namespace lifecycle
-	id      uint64
-	epoch   time.Time
-	lanes   []atomic.Pointer[lane] // each lane's current incarnation
-	tree    *supervisor.Tree
-	defs    []actors.Def // the pool's tasks
-	byIndex []actors.Def // registry index → task, nil for tasks not in the pool
-	rr      atomic.Uint32
+	cfg      Config
+	root     *zap.Logger // knit's root logger
+	log      *zap.Logger // namespace lifecycle
+	laneLog  *zap.Logger // namespace lane: starts, stop protocol, signals, reaping
+	fastLog  *zap.Logger // namespace fastpath: regions and what breaks their protocol
+	codecLog *zap.Logger // namespace codec: codecs chosen, payloads that do not decode
+	// laneDebug is the KNIT_DEBUG value process lanes get: the environment's with knit's
+	// own logger; with Config.Logger, every namespace if it takes Debug entries, else none.
+	laneDebug string
+	id        uint64
+	epoch     time.Time
+	lanes     []atomic.Pointer[lane] // each lane's current incarnation
+	tree      *supervisor.Tree
+	defs      []actors.Def // the pool's tasks
+	byIndex   []actors.Def // registry index → task, nil for tasks not in the pool
+	rr        atomic.Uint32
 
 	futures  atomic.Int64 // unsettled futures: lanes' reapers must drain for them
 	closing  atomic.Bool
@@ -82,8 +88,17 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		lanes: make([]atomic.Pointer[lane], cfg.Lanes), events: make(chan Event, cfg.EventBuffer)}
-	p.root = logging.New(cfg.Logger, logging.DebugFromEnv())
+	debug := logging.DebugFromEnv()
+	p.root = logging.New(cfg.Logger, debug)
+	switch {
+	case cfg.Logger == nil:
+		p.laneDebug = debug.String()
+	case cfg.Logger.Core().Enabled(zapcore.DebugLevel):
+		p.laneDebug = "*"
+	}
 	p.log = p.root.Named(logging.Lifecycle)
+	p.laneLog, p.fastLog = p.root.Named(logging.Lane), p.root.Named(logging.Fastpath)
+	p.codecLog = p.root.Named(logging.Codec)
 	all := actors.All()
 	p.byIndex = make([]actors.Def, len(all))
 	for _, t := range tasks {
@@ -91,6 +106,11 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		if p.byIndex[d.Index()] == nil {
 			p.byIndex[d.Index()] = d
 			p.defs = append(p.defs, d)
+			if ce := logging.Debug(p.codecLog, "task codecs"); ce != nil {
+				in, out := d.Codecs()
+				ce.Write(zap.String("task", d.Name()), zap.Uint32("index", d.Index()),
+					zap.String("in", in), zap.String("out", out))
+			}
 		}
 	}
 	if !supervised {
@@ -431,22 +451,30 @@ func (l *lane) stop() bool {
 	l.region.Stop().Store(fastpath.StopRequested)
 	l.wake.Force(l.laneBell)
 	l.mu.Unlock()
+	l.debug("stop requested")
 	cfg := l.p.cfg
 	acked := waitFor(cfg.StopAckTimeout, l.ended, l.acked)
 	switch {
 	case l.proc == nil && !acked:
+		l.debug("stop not acknowledged: abandoning the lane", zap.Duration("waited", cfg.StopAckTimeout))
 		l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
 	case l.proc != nil && !acked:
+		l.debug("stop not acknowledged: SIGTERM to the process group", zap.Duration("waited", cfg.StopAckTimeout))
 		_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
 		if !waitFor(cfg.KillGrace, l.ended) {
+			l.debug("still running after SIGTERM: SIGKILL", zap.Duration("grace", cfg.KillGrace))
 			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
 		}
 	case l.proc != nil:
+		l.debug("stop acknowledged")
 		// Acknowledged: the process is on its way out. One that never gets there is
 		// still reaped.
 		if !waitFor(cfg.KillGrace, l.ended) {
+			l.debug("acknowledged but still running: SIGKILL", zap.Duration("grace", cfg.KillGrace))
 			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
 		}
+	default:
+		l.debug("stop acknowledged")
 	}
 	<-l.ended
 	return acked

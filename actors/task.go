@@ -43,6 +43,8 @@ type Def interface {
 	Index() uint32
 	Fingerprint() uint64
 	Options() *Options
+	// Codecs names the input and output codecs (see Codec.Name).
+	Codecs() (in, out string)
 	// RunLocal runs call id of generation gen on its record (in-process lanes: the value is
 	// shared by reference, nothing is encoded).
 	RunLocal(id, gen uint32) Outcome
@@ -80,6 +82,16 @@ const (
 	BadInput          // the input did not decode
 	BadOutput         // the output did not encode
 )
+
+var outcomeNames = [...]string{OK: "ok", Failed: "failed", Panicked: "panicked", Stale: "stale",
+	BadInput: "bad input", BadOutput: "bad output"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint32(o))
+}
 
 // PanicError is a panic caught in a task, with its stack.
 type PanicError struct {
@@ -199,6 +211,9 @@ func (t *Task[In, Out]) Index() uint32 { return t.index }
 
 // Fingerprint implements Def.
 func (t *Task[In, Out]) Fingerprint() uint64 { return t.fp }
+
+// Codecs implements Def.
+func (t *Task[In, Out]) Codecs() (in, out string) { return t.InCodec.Name(), t.OutCdc.Name() }
 
 // Options implements Def.
 func (t *Task[In, Out]) Options() *Options { return &t.opts }

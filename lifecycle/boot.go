@@ -87,8 +87,9 @@ func Serve() int {
 	}
 	var b Boot
 	bootErr := json.Unmarshal([]byte(os.Getenv(EnvBoot)), &b)
-	log := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
-		time.Unix(0, b.Epoch), logging.ParseDebug(b.Debug)).Named(logging.Lifecycle)
+	root := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
+		time.Unix(0, b.Epoch), logging.ParseDebug(b.Debug))
+	log := root.Named(logging.Lifecycle)
 	if bootErr != nil {
 		log.Error("bad boot record", zap.Error(bootErr))
 		fmt.Fprintf(os.Stderr, "knit lane: bad boot record: %v\n", bootErr)
@@ -124,9 +125,24 @@ func Serve() int {
 		return fail("region is for lane %d incarnation %d, boot record says %d/%d",
 			region.Lane(), region.Incarnation(), b.Lane, b.Incarnation)
 	}
+	if ce := logging.Debug(root.Named(logging.Fastpath), "region mapped"); ce != nil {
+		layout := region.Layout()
+		ce.Write(zap.Int("bytes", len(mp.Bytes())), zap.Int("inline", layout.Inline), zap.Int("arena", layout.Arena),
+			zap.Int("abort_bits", layout.AbortBits))
+	}
 	tasks, err := resolveTasks(b.Tasks)
 	if err != nil {
 		return fail("%v", err)
+	}
+	if ce := logging.Debug(root.Named(logging.Codec), "tasks resolved"); ce != nil {
+		var names []string
+		for _, t := range tasks {
+			if t != nil {
+				in, out := t.Codecs()
+				names = append(names, fmt.Sprintf("%s(%s→%s)", t.Name(), in, out))
+			}
+		}
+		ce.Write(zap.Strings("tasks", names))
 	}
 	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
 	aborts := newAbortWatch(region)
