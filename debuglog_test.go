@@ -6,6 +6,7 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -21,7 +22,10 @@ func TestDebugNamespaces(t *testing.T) {
 		t.Run(rt.String(), func(t *testing.T) {
 			core, logs := observer.New(zapcore.DebugLevel)
 			ready := make(chan knit.Event, 8)
+			// Generous timeouts: a loaded machine must not turn the stop into a kill, or a
+			// spare's start into a failure, and so change what is logged.
 			p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: rt, PanicCrashesLane: true, Logger: zap.New(core),
+				StopAckTimeout: time.Hour, StartupTimeout: time.Hour,
 				OnEvent: func(e knit.Event) {
 					if e.To == knit.StateReady {
 						ready <- e
