@@ -2,7 +2,9 @@
 // actor with one lane actor per lane. A lane actor starts, watches, stops and classifies one
 // lane incarnation after another; the pool actor is the parent's SupervisorStrategy and decides,
 // the OTP way, whether and when a failed lane comes back (restart type, OneForOne / AllForOne /
-// RestForOne, restart intensity, exponential backoff with jitter).
+// RestForOne, restart intensity, exponential backoff with jitter). A lane actor is the only
+// writer of its lane's state: it records the pool actor's decisions too (restarting, dead),
+// which reach it through protoactor's restart and stop.
 //
 // The package only ever sees lanes through the Host and Worker interfaces. It must never touch
 // a lane's shared memory or a call: call data stays on the fast path and out of mailboxes.

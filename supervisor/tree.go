@@ -84,11 +84,42 @@ type laneInfo struct {
 
 	gen atomic.Int64 // bumped by the pool actor at every restart it orders
 
+	// next is the pool actor's decision on an incarnation that is over (restarting or dead),
+	// set under mu before it restarts or stops the lane actor, which records the transition:
+	// the lane actor is the only writer of the lane's state.
+	next decision
+
 	// pool actor only
 	mode     mode
 	group    *group      // the restart it waits for (stopping, waiting)
 	failures []time.Time // within Period
 	streak   int         // restarts in a row, for backoff
+}
+
+// decision is a transition the pool actor decided and the lane actor records.
+type decision struct {
+	to     State
+	reason string
+	delay  time.Duration
+}
+
+// decide hands the lane actor the transition it is to record next.
+func (ln *laneInfo) decide(d decision) {
+	ln.mu.Lock()
+	ln.next = d
+	ln.mu.Unlock()
+}
+
+// take returns the decision to record, if it is to, and clears it.
+func (ln *laneInfo) take(to State) (decision, bool) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	d := ln.next
+	if d.to != to {
+		return decision{}, false
+	}
+	ln.next = decision{}
+	return d, true
 }
 
 type mode int
@@ -178,20 +209,6 @@ func (t *Tree) Close() (unacked []int) {
 	return t.unack
 }
 
-// transition records a lane's new state and reports it.
-func (t *Tree) transition(ln *laneInfo, inc int, to State, code lifecycle.Code, reason string, delay time.Duration) {
-	t.evMu.Lock()
-	defer t.evMu.Unlock()
-	ln.mu.Lock()
-	from := ln.state
-	ln.state, ln.incarnation = to, inc
-	if to == Restarting {
-		ln.restarts++
-	}
-	ln.mu.Unlock()
-	t.host.Event(Event{Lane: ln.idx, Incarnation: inc, From: from, To: to, Code: code, Reason: reason, Delay: delay, Time: time.Now()})
-}
-
 func (t *Tree) incarnation(ln *laneInfo) int {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
@@ -229,22 +246,24 @@ type (
 		acked bool
 	}
 	restartGo struct{ g *group }
+	bootLane  struct{ gen int64 } // a restarted lane actor's go-ahead, once its group's backoff is over
 	closeTree struct{ done chan []int }
 )
 
 // laneActor owns one incarnation at a time; protoactor makes a fresh one per restart.
 type laneActor struct {
-	t      *Tree
-	ln     *laneInfo
-	gen    int64
-	inc    int
-	w      Worker
-	phase  phase
-	stop   bool // the pool asked for a stop
-	acked  bool
-	ended  bool
-	halted bool      // Stop returned
-	up     time.Time // when the incarnation became ready
+	t       *Tree
+	ln      *laneInfo
+	gen     int64
+	inc     int
+	w       Worker
+	phase   phase
+	stop    bool // the pool asked for a stop
+	acked   bool
+	ended   bool
+	halted  bool      // Stop returned
+	booting bool      // StartLane was called
+	up      time.Time // when the incarnation became ready
 }
 
 type phase int
@@ -260,16 +279,23 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.gen = a.ln.gen.Load()
-		a.inc = 0
-		if a.gen > 0 {
+		if a.gen > 0 { // a restart: it boots on the pool actor's bootLane, after the backoff
 			a.inc = a.t.incarnation(a.ln) + 1
+			return
 		}
-		a.t.transition(a.ln, a.inc, Booting, "", "", 0)
-		self, root, host, idx, inc := ctx.Self(), ctx.ActorSystem().Root, a.t.host, a.ln.idx, a.inc
-		go func() {
-			w, err := host.StartLane(idx, inc)
-			root.Send(self, &booted{w: w, err: err})
-		}()
+		a.boot(ctx)
+	case *bootLane:
+		if m.gen == a.gen && !a.booting && !a.stop {
+			a.boot(ctx)
+		}
+	case *actor.Restarting: // the pool actor decided to restart the lane
+		if d, ok := a.ln.take(Restarting); ok {
+			a.record(Restarting, "", d.reason, d.delay)
+		}
+	case *actor.Stopping: // given up (dead), or the tree is closing
+		if d, ok := a.ln.take(Dead); ok {
+			a.record(Dead, "", d.reason, 0)
+		}
 	case *booted:
 		a.booted(ctx, m)
 	case *stopLane:
@@ -277,10 +303,11 @@ func (a *laneActor) Receive(ctx actor.Context) {
 			return // meant for an earlier incarnation
 		}
 		a.stop = true
-		switch a.phase {
-		case phaseUp:
+		switch {
+		case a.phase == phaseUp:
 			a.beginStop(ctx)
-		case phaseDown:
+		case a.phase == phaseDown, !a.booting: // nothing runs, or ever will
+			a.phase = phaseDown
 			a.reportStopped(ctx)
 		}
 	case *stopDone:
@@ -293,7 +320,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		if end.Err != nil {
 			code, reason = end.Err.Code, end.Err.Message
 		}
-		a.t.transition(a.ln, a.inc, stateOf(code), code, reason, 0)
+		a.record(stateOf(code), code, reason, 0)
 		if a.stop {
 			a.maybeStopped(ctx)
 			return
@@ -303,11 +330,38 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	}
 }
 
+// record sets the lane's new state and reports it. It is a lane actor method: no one else
+// writes a lane's state.
+func (a *laneActor) record(to State, code lifecycle.Code, reason string, delay time.Duration) {
+	t, ln := a.t, a.ln
+	t.evMu.Lock()
+	defer t.evMu.Unlock()
+	ln.mu.Lock()
+	from := ln.state
+	ln.state, ln.incarnation = to, a.inc
+	if to == Restarting {
+		ln.restarts++
+	}
+	ln.mu.Unlock()
+	t.host.Event(Event{Lane: ln.idx, Incarnation: a.inc, From: from, To: to, Code: code, Reason: reason, Delay: delay, Time: time.Now()})
+}
+
+// boot starts the actor's incarnation, in a goroutine so that the mailbox stays free.
+func (a *laneActor) boot(ctx actor.Context) {
+	a.booting = true
+	a.record(Booting, "", "", 0)
+	self, root, host, idx, inc := ctx.Self(), ctx.ActorSystem().Root, a.t.host, a.ln.idx, a.inc
+	go func() {
+		w, err := host.StartLane(idx, inc)
+		root.Send(self, &booted{w: w, err: err})
+	}()
+}
+
 func (a *laneActor) booted(ctx actor.Context, m *booted) {
 	if m.err != nil {
 		a.phase = phaseDown
 		le := asLifecycle(m.err, a.ln.idx)
-		a.t.transition(a.ln, a.inc, StartupFailed, le.Code, le.Message, 0)
+		a.record(StartupFailed, le.Code, le.Message, 0)
 		switch {
 		case a.stop:
 			a.reportStopped(ctx)
@@ -320,7 +374,7 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 	}
 	a.w, a.phase = m.w, phaseUp
 	m.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
-	a.t.transition(a.ln, a.inc, Ready, "", "", 0)
+	a.record(Ready, "", "", 0)
 	a.up = time.Now()
 	ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
 	self, root, w := ctx.Self(), ctx.ActorSystem().Root, m.w
@@ -335,7 +389,7 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 
 func (a *laneActor) beginStop(ctx actor.Context) {
 	a.phase = phaseStopping
-	a.t.transition(a.ln, a.inc, Stopping, "", "stop requested", 0)
+	a.record(Stopping, "", "stop requested", 0)
 	self, root, w := ctx.Self(), ctx.ActorSystem().Root, a.w
 	go func() { root.Send(self, &stopDone{acked: w.Stop()}) }()
 }
@@ -371,6 +425,8 @@ type poolActor struct {
 	unacked []int
 	done    chan []int
 	failed  bool
+	// lastGiveUp is why the last lane was given up: the pool's failure names it.
+	lastGiveUp string
 }
 
 func (p *poolActor) Receive(ctx actor.Context) {
@@ -393,7 +449,11 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		p.booting--
 		p.bootDone()
 	case *laneStop:
-		p.laneStopped(m.lane, m.gen, m.acked)
+		p.laneStopped(ctx.(actor.Supervisor), m.lane, m.gen, m.acked)
+	case *actor.Terminated: // a lane actor given up has stopped, its dead state recorded
+		if !p.closing {
+			p.checkFailed()
+		}
 	case *restartGo:
 		p.restart(ctx, m.g)
 	case *closeTree:
@@ -436,7 +496,7 @@ func (p *poolActor) closeNext() {
 	}
 }
 
-func (p *poolActor) laneStopped(lane int, gen int64, acked bool) {
+func (p *poolActor) laneStopped(sup actor.Supervisor, lane int, gen int64, acked bool) {
 	ln := p.t.lanes[lane]
 	switch {
 	case gen < ln.gen.Load():
@@ -450,15 +510,19 @@ func (p *poolActor) laneStopped(lane int, gen int64, acked bool) {
 			p.closeNext()
 		}
 	case ln.mode == stopping:
-		p.wait(ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
+		p.wait(sup, ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
 	}
 }
 
-// wait puts a stopped lane of a group in waiting; the last one starts the backoff.
-func (p *poolActor) wait(ln *laneInfo, reason string) {
+// wait puts a lane of a group whose incarnation is over in waiting: its lane actor is
+// restarted now (recording restarting) and its next instance boots when the group's backoff is
+// over. The last one to wait starts the backoff.
+func (p *poolActor) wait(sup actor.Supervisor, ln *laneInfo, reason string) {
 	g := ln.group
 	ln.mode = waiting
-	p.t.transition(ln, p.t.incarnation(ln), Restarting, "", reason, g.delay)
+	ln.decide(decision{to: Restarting, reason: reason, delay: g.delay})
+	ln.gen.Add(1)
+	sup.RestartChildren(ln.pid)
 	if ln.idx != g.cause {
 		g.pending--
 	}
@@ -473,20 +537,18 @@ func (p *poolActor) wait(ln *laneInfo, reason string) {
 	g.timer = time.AfterFunc(g.delay, func() { root.Send(self, &restartGo{g: g}) })
 }
 
-// restart starts the next incarnation of a group's lanes, in start order.
+// restart boots the next incarnation of a group's lanes, in start order.
 func (p *poolActor) restart(ctx actor.Context, g *group) {
 	if p.closing {
 		return
 	}
-	sup := ctx.(actor.Supervisor)
 	for _, i := range g.lanes {
 		ln := p.t.lanes[i]
 		if ln.mode != waiting || ln.group != g {
 			continue
 		}
 		ln.mode, ln.group = live, nil
-		ln.gen.Add(1)
-		sup.RestartChildren(ln.pid)
+		ctx.Send(ln.pid, &bootLane{gen: ln.gen.Load()})
 	}
 }
 
@@ -510,7 +572,7 @@ func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, ch
 		}
 		return
 	case ln.mode == stopping: // it ended on its own while its group stopped it
-		p.wait(ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
+		p.wait(sup, ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
 		return
 	}
 	pol := p.t.cfg.Policy
@@ -549,14 +611,20 @@ func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, ch
 		g.lanes = append(g.lanes, o.idx)
 	}
 	ln.group = g
-	p.wait(ln, fmt.Sprintf("restart %d within %v", len(ln.failures), pol.Period))
+	p.wait(sup, ln, fmt.Sprintf("restart %d within %v", len(ln.failures), pol.Period))
 }
 
-// giveUp marks a lane dead; with none left the pool has failed.
+// giveUp stops a lane's actor, which records it dead; once it has stopped, checkFailed
+// sees whether any lane is left.
 func (p *poolActor) giveUp(sup actor.Supervisor, ln *laneInfo, reason string) {
 	ln.mode = dead
-	p.t.transition(ln, p.t.incarnation(ln), Dead, "", reason, 0)
+	p.lastGiveUp = reason
+	ln.decide(decision{to: Dead, reason: reason})
 	sup.StopChildren(ln.pid)
+}
+
+// checkFailed fails the pool when every lane is dead.
+func (p *poolActor) checkFailed() {
 	for _, o := range p.t.lanes {
 		if o.mode != dead {
 			return
@@ -566,7 +634,7 @@ func (p *poolActor) giveUp(sup actor.Supervisor, ln *laneInfo, reason string) {
 		return
 	}
 	p.failed = true
-	err := &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "the supervisor gave up every lane: " + reason}
+	err := &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "the supervisor gave up every lane: " + p.lastGiveUp}
 	p.t.host.Failed(err)
 	p.t.evMu.Lock()
 	p.t.host.Event(Event{Lane: -1, From: Ready, To: Failed, Code: err.Code, Reason: err.Message, Time: time.Now()})
