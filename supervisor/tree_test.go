@@ -116,6 +116,24 @@ func (h *fakeHost) transitions(lane int) []State {
 	return s
 }
 
+// checkChain checks that lane's events form one chain, each starting where the last ended:
+// one writer, in order.
+func (h *fakeHost) checkChain(t *testing.T, lane int) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at := New
+	for _, e := range h.all {
+		if e.Lane != lane {
+			continue
+		}
+		if e.From != at {
+			t.Errorf("lane %d: event %v→%v after %v", lane, e.From, e.To, at)
+		}
+		at = e.To
+	}
+}
+
 func crash() End {
 	return End{Err: &lifecycle.Error{Code: lifecycle.CodeWorkerCrashed, Message: "killed by signal SIGKILL"}}
 }
@@ -159,6 +177,7 @@ func TestStrategies(t *testing.T) {
 				h.await(t, i, 1, Ready)
 			}
 			for i, want := range tc.restarted {
+				h.checkChain(t, i)
 				got := h.transitions(i)
 				if !want {
 					if len(got) != 2 {
@@ -251,6 +270,12 @@ func TestIntensityAndBackoffSchedule(t *testing.T) {
 		t.Errorf("backoff schedule %v, want %v", delays, want)
 	}
 	h.await(t, -1, 0, Failed)
+	h.checkChain(t, 0)
+	h.mu.Lock()
+	if last := h.all[len(h.all)-1]; last.Lane != -1 || last.To != Failed {
+		t.Errorf("last event %+v, want the pool failed after its lane was dead", last)
+	}
+	h.mu.Unlock()
 	m := <-told
 	if !errors.Is(m.Err, lifecycle.ErrPoolUnavailable) || !m.Pool.Equal(tr.PID()) {
 		t.Errorf("parent told %v", m)
