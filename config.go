@@ -161,6 +161,13 @@ const (
 	Named                           // a private named mapping (O_EXCL, 0600), unlinked once opened
 )
 
+func (m SharedMemoryMode) String() string {
+	if m == Named {
+		return "named"
+	}
+	return "inherit"
+}
+
 // ProcessConfig configures process lanes.
 type ProcessConfig struct {
 	// Command is the lane binary and its arguments; its main must call knit.Main first

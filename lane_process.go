@@ -59,7 +59,7 @@ func (l *lane) startProcess() error {
 		pl.mp.Close()
 		return l.startErr("region: %v", err)
 	}
-	l.debugRegion(map[SharedMemoryMode]string{Inherit: "memfd", Named: "named"}[cfg.Process.SharedMemory])
+	l.debugRegion(cfg.Process.SharedMemory.String())
 	if pl.efd, err = futex.NewEventFD(); err != nil {
 		pl.mp.Close()
 		return l.startErr("eventfd: %v", err)
