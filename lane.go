@@ -127,22 +127,23 @@ func (l *lane) start() error {
 	return nil
 }
 
-// debug logs msg in the lane namespace with the lane's identity (nothing is built when the
-// namespace is off). Not for the call path: fields are built by the caller.
-func (l *lane) debug(msg string, fields ...zap.Field) {
-	if ce := logging.Debug(l.p.laneLog, msg); ce != nil {
+// debug logs msg at Debug in the lane namespace with the lane's identity.
+func (l *lane) debug(msg string, fields ...zap.Field) { l.debugTo(l.p.laneLog, msg, fields...) }
+
+// debugTo logs msg at Debug on log (a namespace logger) with the lane's identity. Not for
+// the call path: the caller builds its fields even when the namespace is off.
+func (l *lane) debugTo(log *zap.Logger, msg string, fields ...zap.Field) {
+	if ce := logging.Debug(log, msg); ce != nil {
 		ce.Write(append([]zap.Field{zap.Int("lane", l.idx), zap.Int("incarnation", l.inc)}, fields...)...)
 	}
 }
 
 // debugRegion logs a new region's shape in the fastpath namespace.
 func (l *lane) debugRegion(kind string) {
-	if ce := logging.Debug(l.p.fastLog, "region created"); ce != nil {
-		layout := l.region.Layout()
-		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.String("memory", kind),
-			zap.Int("bytes", layout.Size()), zap.Int("slots", fastpath.Slots), zap.Int("inline", layout.Inline),
-			zap.Int("arena", layout.Arena), zap.Int("abort_bits", layout.AbortBits))
-	}
+	layout := l.region.Layout()
+	l.debugTo(l.p.fastLog, "region created", zap.String("memory", kind), zap.Int("bytes", layout.Size()),
+		zap.Int("slots", fastpath.Slots), zap.Int("inline", layout.Inline), zap.Int("arena", layout.Arena),
+		zap.Int("abort_bits", layout.AbortBits))
 }
 
 var errGoexit = errors.New("lane goroutine exited (runtime.Goexit in a task)")
@@ -343,9 +344,7 @@ func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
 	case o == actors.Failed:
 		return &Error{Code: CodeTaskError, Lane: l.idx, Task: t.Name(), Cause: err}
 	}
-	if ce := logging.Debug(l.p.codecLog, "payload did not decode"); ce != nil {
-		ce.Write(zap.Int("lane", l.idx), zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
-	}
+	l.debugTo(l.p.codecLog, "payload did not decode", zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
 	return &Error{Code: CodeWorkerCrashed, Lane: l.idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
 }
 
@@ -479,9 +478,7 @@ func (l *lane) close(e *Error, release bool) {
 	}
 	l.fenced.Store(true)
 	l.draining.Store(false)
-	if ce := logging.Debug(l.p.fastLog, "rings fenced"); ce != nil {
-		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.Bool("results_drained", release))
-	}
+	l.debugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
 	held := 0
 	requeue := l.p.requeue
 	for _, d := range l.p.defs {
@@ -497,9 +494,7 @@ func (l *lane) close(e *Error, release bool) {
 
 // corrupt kills a lane whose return ring broke the protocol.
 func (l *lane) corrupt(err error) {
-	if ce := logging.Debug(l.p.fastLog, "return ring broke the protocol"); ce != nil {
-		ce.Write(zap.Int("lane", l.idx), zap.Int("incarnation", l.inc), zap.Error(err))
-	}
+	l.debugTo(l.p.fastLog, "return ring broke the protocol", zap.Error(err))
 	if l.proc != nil {
 		l.kill(lifecycle.Exit{Corrupt: err})
 		return
