@@ -235,7 +235,7 @@ type (
 	ended    struct{}
 	stopDone struct{ acked bool }
 	stopLane struct{ gen int64 }
-	laneUp   struct{ lane int }
+	laneUp   struct{ lane int } // a first boot succeeded
 	laneDown struct {
 		lane int
 		err  error
@@ -376,7 +376,9 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 	m.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
 	a.record(Ready, "", "", 0)
 	a.up = time.Now()
-	ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
+	if a.gen == 0 { // a first boot: Start waits for every lane's
+		ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
+	}
 	self, root, w := ctx.Self(), ctx.ActorSystem().Root, m.w
 	go func() {
 		<-w.Ended()
@@ -417,7 +419,8 @@ func asLifecycle(err error, lane int) *lifecycle.Error {
 // poolActor is the lanes' parent and their SupervisorStrategy.
 type poolActor struct {
 	t       *Tree
-	booting int // lanes whose first boot has not reported
+	self    *actor.PID // not t.pid: the actor runs before Spawn has returned it
+	booting int        // lanes whose first boot has not reported
 	bootErr error
 	closing bool
 	order   []int // lanes still to stop at Close, in order
@@ -433,14 +436,13 @@ func (p *poolActor) Receive(ctx actor.Context) {
 	t := p.t
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		p.self = ctx.Self()
 		for _, ln := range t.lanes {
 			ln.pid = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &laneActor{t: t, ln: ln} }))
 		}
 	case *laneUp:
-		if p.booting > 0 {
-			p.booting--
-			p.bootDone()
-		}
+		p.booting--
+		p.bootDone()
 	case *laneDown:
 		t.lanes[m.lane].mode = dead
 		if p.bootErr == nil {
@@ -529,7 +531,7 @@ func (p *poolActor) wait(sup actor.Supervisor, ln *laneInfo, reason string) {
 	if g.pending > 0 {
 		return
 	}
-	self, root := p.t.pid, p.t.sys.Root
+	self, root := p.self, p.t.sys.Root
 	if g.delay <= 0 {
 		root.Send(self, &restartGo{g: g})
 		return
@@ -592,7 +594,7 @@ func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, ch
 		p.giveUp(sup, ln, fmt.Sprintf("restart intensity reached: %d restarts within %v", pol.MaxRestarts, pol.Period))
 		return
 	}
-	// The failure carries its ready time: the pool's laneUp may still be queued behind it.
+	// The failure carries its ready time: the pool hears of a lane's readiness no other way.
 	if !f.Up.IsZero() && now.Sub(f.Up) >= pol.Backoff.Reset {
 		ln.streak = 0
 	}
@@ -640,7 +642,7 @@ func (p *poolActor) checkFailed() {
 	p.t.host.Event(Event{Lane: -1, From: Ready, To: Failed, Code: err.Code, Reason: err.Message, Time: time.Now()})
 	p.t.evMu.Unlock()
 	if parent := p.t.cfg.Parent; parent != nil {
-		p.t.sys.Root.Send(parent, &PoolFailed{Pool: p.t.pid, Err: err})
+		p.t.sys.Root.Send(parent, &PoolFailed{Pool: p.self, Err: err})
 	}
 }
 

@@ -42,6 +42,7 @@ type fakeHost struct {
 	mu        sync.Mutex
 	workers   map[int][]*fakeWorker
 	startErr  func(lane, inc int) error
+	hold      func(lane, inc int) // called before a start, without mu: may block
 	ignore    map[int]bool
 	cond      *sync.Cond
 	all       []Event
@@ -55,6 +56,9 @@ func newFakeHost() *fakeHost {
 }
 
 func (h *fakeHost) StartLane(lane, inc int) (Worker, error) {
+	if h.hold != nil {
+		h.hold(lane, inc)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.startErr != nil {
@@ -361,6 +365,36 @@ func TestStartupFailureClosesTree(t *testing.T) {
 		if s := h.transitions(l); s[len(s)-1] != Closed {
 			t.Errorf("lane %d left in %v", l, s)
 		}
+	}
+}
+
+// A lane that restarts while another is still on its first boot does not count as that
+// boot: Start reports the other lane's failure.
+func TestStartWaitsForEveryFirstBoot(t *testing.T) {
+	h := newFakeHost()
+	release := make(chan struct{})
+	h.hold = func(lane, inc int) {
+		if lane == 1 && inc == 0 {
+			<-release
+		}
+	}
+	h.startErr = func(lane, inc int) error {
+		if lane == 1 {
+			return &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: 1, Message: "boom"}
+		}
+		return nil
+	}
+	started := make(chan error, 1)
+	go func() {
+		_, err := Start(Config{Lanes: 2, Policy: Policy{Backoff: fast}, Logger: quiet}, h)
+		started <- err
+	}()
+	h.await(t, 0, 0, Ready)
+	h.worker(0).finish(crash())
+	h.await(t, 0, 1, Ready) // lane 0 restarted while lane 1 still boots
+	close(release)
+	if err := <-started; !errors.Is(err, lifecycle.ErrStartupFailed) {
+		t.Fatalf("Start: %v, want lane 1's startup failure", err)
 	}
 }
 
