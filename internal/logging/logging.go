@@ -192,17 +192,13 @@ func NewCore(w io.Writer, debug Namespaces) zapcore.Core {
 // NewCore (Info and above, Debug for the namespaces in debug). A non-nil base (Config.Logger)
 // decides levels and destination itself; it is only named.
 //
-// Log through New(...).Named(ns) with ns one of the namespace constants (or Named).
+// Log through New(...).Named(ns) with ns one of the namespace constants.
 func New(base *zap.Logger, debug Namespaces) *zap.Logger {
 	if base != nil {
 		return base.Named(Root)
 	}
 	return zap.New(NewCore(os.Stderr, debug)).Named(Root)
 }
-
-// Named returns l's logger for namespace ns. It is l.Named(ns), spelled so call sites read
-// as namespace look-ups; l should be the root logger New returned.
-func Named(l *zap.Logger, ns string) *zap.Logger { return l.Named(ns) }
 
 // Debug returns the checked Debug entry for msg on l, or nil when l's namespace (or level)
 // is off: write the fields through it, so that they are built only when the entry is

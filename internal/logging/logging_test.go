@@ -99,7 +99,7 @@ func TestNamespaceFiltering(t *testing.T) {
 			for _, e := range all {
 				l := root
 				if e.ns != "" {
-					l = Named(root, e.ns)
+					l = root.Named(e.ns)
 				}
 				l.Log(e.level, e.msg, zap.Int("n", 1))
 			}
@@ -138,7 +138,7 @@ func TestNewWithBase(t *testing.T) {
 	if l.Name() != Root {
 		t.Fatalf("name %q, want %q", l.Name(), Root)
 	}
-	Named(l, Steal).Debug("steal debug")
+	l.Named(Steal).Debug("steal debug")
 	if !strings.Contains(buf.String(), "knit.steal\tsteal debug") {
 		t.Fatalf("base logger output: %q", buf.String())
 	}
