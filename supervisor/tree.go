@@ -82,7 +82,8 @@ type laneInfo struct {
 	incarnation int
 	restarts    int
 
-	gen atomic.Int64 // bumped by the pool actor at every restart it orders
+	gen  atomic.Int64 // bumped by the pool actor at every restart it orders
+	boot atomic.Int64 // the generation the pool actor has let boot (its backoff is over)
 
 	// next is the pool actor's decision on an incarnation that is over (restarting or dead),
 	// set under mu before it restarts or stops the lane actor, which records the transition:
@@ -246,7 +247,7 @@ type (
 		acked bool
 	}
 	restartGo struct{ g *group }
-	bootLane  struct{ gen int64 } // a restarted lane actor's go-ahead, once its group's backoff is over
+	bootLane  struct{} // a restarted lane actor's go-ahead, once its group's backoff is over
 	closeTree struct{ done chan []int }
 )
 
@@ -279,15 +280,14 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.gen = a.ln.gen.Load()
-		if a.gen > 0 { // a restart: it boots on the pool actor's bootLane, after the backoff
+		if a.gen > 0 { // a restart: it boots once the pool actor lets it, after the backoff
 			a.inc = a.t.incarnation(a.ln) + 1
+			a.mayBoot(ctx)
 			return
 		}
 		a.boot(ctx)
 	case *bootLane:
-		if m.gen == a.gen && !a.booting && !a.stop {
-			a.boot(ctx)
-		}
+		a.mayBoot(ctx)
 	case *actor.Restarting: // the pool actor decided to restart the lane
 		if d, ok := a.ln.take(Restarting); ok {
 			a.record(Restarting, "", d.reason, d.delay)
@@ -344,6 +344,16 @@ func (a *laneActor) record(to State, code lifecycle.Code, reason string, delay t
 	}
 	ln.mu.Unlock()
 	t.host.Event(Event{Lane: ln.idx, Incarnation: a.inc, From: from, To: to, Code: code, Reason: reason, Delay: delay, Time: time.Now()})
+}
+
+// mayBoot boots a restarted lane actor's incarnation once the pool actor has let it. The
+// go-ahead is on the lane, and bootLane only a nudge: protoactor does not order a system
+// message (the restart) before a user message sent after it, so the previous instance may
+// have taken the nudge.
+func (a *laneActor) mayBoot(ctx actor.Context) {
+	if !a.booting && !a.stop && a.ln.boot.Load() == a.gen {
+		a.boot(ctx)
+	}
 }
 
 // boot starts the actor's incarnation, in a goroutine so that the mailbox stays free.
@@ -550,7 +560,8 @@ func (p *poolActor) restart(ctx actor.Context, g *group) {
 			continue
 		}
 		ln.mode, ln.group = live, nil
-		ctx.Send(ln.pid, &bootLane{gen: ln.gen.Load()})
+		ln.boot.Store(ln.gen.Load())
+		ctx.Send(ln.pid, &bootLane{})
 	}
 }
 
