@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"time"
 
@@ -38,6 +39,9 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		return zero, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 	}
 	r.Start(ctx, in, p.id)
+	if ht := t.def.Options().HardTimeout; ht > 0 {
+		r.Hard = time.Now().Add(ht)
+	}
 	c, err := t.newCall(ctx, p, r)
 	if err != nil {
 		t.abandon(r)
@@ -48,8 +52,8 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		t.abandon(r)
 		return t.failure(ctx, err)
 	}
-	if spin := p.cfg.CallerSpin; spin > 0 && r.Pending() {
-		t.spin(ctx, l, r, spin)
+	if r.Pending() {
+		p.Help(r)
 	}
 	if done := ctx.Done(); done != nil && r.Pending() {
 		l.needReaper()
@@ -87,6 +91,9 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		return f.Fail(&Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err})
 	}
 	r.Start(ctx, in, p.id)
+	if ht := t.def.Options().HardTimeout; ht > 0 {
+		r.Hard = time.Now().Add(ht)
+	}
 	c, err := t.newCall(ctx, p, r)
 	if err != nil {
 		t.abandon(r)
@@ -100,13 +107,9 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		expire = func() { t.expire(ctx, p, r) }
 	}
 	if p.futures.Add(1) == 1 {
-		for i := range p.lanes {
-			if l := p.lanes[i].Load(); l != nil {
-				l.kickReaper()
-			}
-		}
+		p.kickReapers()
 	}
-	r.Attach(f, ctx, cancel, expire, &p.futures)
+	r.Attach(f, ctx, cancel, expire, p, &p.futures)
 	if _, err := p.dispatch(ctx, c); err != nil {
 		_, err = t.failure(ctx, err)
 		r.Fail(err)
@@ -140,38 +143,80 @@ func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, 
 	return ctx, nil, nil
 }
 
-// spin waits up to budget for the call to settle, draining the lane's results itself so a
-// quick result costs no wake-up on either side.
-func (t *Task[In, Out]) spin(ctx context.Context, l *lane, r *actors.Record[In, Out], budget time.Duration) {
+// Help implements actors.Helper: it polls for a call's result for as long as spinning pays,
+// draining every process lane's results itself, so that a quick result costs no wake-up on
+// either side. One caller spins at a time; the others park, and the spinner settles their
+// calls too. A spin that runs out of budget makes the following callers park at once,
+// except one in probeEvery, which spins to see whether results come back quickly again.
+func (p *Pool) Help(c actors.Pender) {
+	budget := p.cfg.CallerSpin
+	if budget <= 0 || p.spinCold.Load() && rand.Uint32()%probeEvery != 0 {
+		return
+	}
+	if !p.spinning.CompareAndSwap(false, true) {
+		return // another caller drains for everyone
+	}
 	var start time.Time
-	done := ctx.Done()
-	for i := 1; r.Pending(); i++ {
-		if l.reaper && l.ret.Peek() != 0 { // a process lane's results wait for a drainer
-			l.drain()
-			continue
+	for i := 1; c.Pending(); i++ {
+		if p.reaped {
+			p.drainAll()
+			if !c.Pending() {
+				break
+			}
 		}
 		spin.Pause()
 		if i%64 != 0 {
 			continue
 		}
-		select {
-		case <-done:
-			return
-		default:
-		}
 		if start.IsZero() {
 			start = time.Now()
 		} else if time.Since(start) > budget {
-			return
+			p.spinCold.Store(true)
+			break
 		}
 		runtime.Gosched()
+	}
+	if !c.Pending() {
+		p.spinCold.Store(false)
+	}
+	p.spinning.Store(false)
+	// Reapers stand aside while a caller spins: wake them if anything is left for them.
+	if p.futures.Load() > 0 || p.closing.Load() {
+		p.kickReapers()
+		return
+	}
+	for i := range p.lanes {
+		if l := p.lanes[i].Load(); l != nil && l.waiters.Load() > 0 {
+			l.kickReaper()
+		}
+	}
+}
+
+// probeEvery: while spinning does not pay, one caller in probeEvery spins anyway.
+const probeEvery = 16
+
+// kickReapers wakes every lane's reaper that idles for want of work.
+func (p *Pool) kickReapers() {
+	for i := range p.lanes {
+		if l := p.lanes[i].Load(); l != nil {
+			l.kickReaper()
+		}
+	}
+}
+
+// drainAll settles the results waiting on every process lane's return ring.
+func (p *Pool) drainAll() {
+	for i := range p.lanes {
+		if l := p.lanes[i].Load(); l != nil && l.reaper {
+			l.drain()
+		}
 	}
 }
 
 // newCall describes a started record for dispatch; process pools encode the input now,
 // refusing a value over the per-call maximum before anything is published.
 func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (call, error) {
-	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, cancellable: ctx.Done() != nil}
+	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, seq: &r.Seq, cancellable: ctx.Done() != nil}
 	if p.cfg.Runtime != Process {
 		return c, nil
 	}
@@ -190,6 +235,13 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 // expire settles a call whose context ended before its result came, and asks a process
 // lane to interrupt it.
 func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In, Out]) {
+	// The result may be waiting on its lane's return ring, undrained: it counts.
+	if l := p.laneByKey(r.Lane.Load()); l != nil && l.reaper {
+		l.drain()
+	}
+	if !r.Pending() {
+		return
+	}
 	cause := context.Cause(ctx)
 	if isTimeout(cause) && t.def.Options().HasDefault {
 		r.Resolve(t.def.TimeoutValue())
@@ -208,6 +260,22 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 		return
 	}
 	l.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)
+	if !r.Hard.IsZero() {
+		// The caller gave up first, but the call may still overrun its hard timeout on the
+		// lane, which then must not keep it: the lane is killed at the hard deadline if it
+		// still holds the call. (The record cannot be reused while the lane holds it.)
+		key, gen, hard := r.Lane.Load(), r.Gen.Load(), t.def.Options().HardTimeout
+		time.AfterFunc(time.Until(r.Hard), func() {
+			l := p.laneByKey(key)
+			if l == nil {
+				return
+			}
+			l.drain()
+			if r.Gen.Load() == gen && r.Lane.Load() == key {
+				l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
+			}
+		})
+	}
 }
 
 func isTimeout(cause error) bool { return cause == errTaskTimeout || cause == errHardTimeout }

@@ -31,10 +31,15 @@ type Balancer int
 
 // Balancers.
 const (
-	RoundRobin        Balancer = iota // each call to the next live lane (default)
-	FirstIdle                         // the first lane with nothing in flight, else round-robin
-	Random                            // a live lane at random
-	FirstIdleOrRandom                 // the first idle lane, else a random one
+	// LeastLoaded sends a call to the first lane with nothing in flight, else to the lane
+	// holding the fewest calls (default). One call at a time keeps going to lane 0, whose
+	// side stays awake while the others park; under load it spreads calls by queue depth, so
+	// a slow or stuck lane gets fewer.
+	LeastLoaded       Balancer = iota
+	RoundRobin                 // each call to the next live lane
+	FirstIdle                  // the first lane with nothing in flight, else round-robin
+	Random                     // a live lane at random
+	FirstIdleOrRandom          // the first idle lane, else a random one
 )
 
 // Payload sets the sizes of the fast path.
@@ -50,7 +55,7 @@ type Config struct {
 	Lanes int
 	// Runtime is Goroutine (default) or Process.
 	Runtime Runtime
-	// Balancer picks a lane per call (default RoundRobin).
+	// Balancer picks a lane per call (default LeastLoaded).
 	Balancer Balancer
 	// Backlog bounds the calls a lane holds beyond its 32 slots (default 4096).
 	Backlog int
@@ -80,6 +85,13 @@ type Config struct {
 	KillGrace time.Duration
 	// StartupTimeout bounds a process lane's boot, from spawn to ready (default 10s).
 	StartupTimeout time.Duration
+	// Liveness bounds how long a process lane may stop without ending — frozen by SIGSTOP,
+	// its runtime stuck, its doorbells gone — before the host notices: the lane's runtime
+	// bumps a heartbeat whatever its tasks do, and a lane whose heartbeat stands still for
+	// Liveness is killed (WORKER_UNRESPONSIVE) and restarted. At the same interval the host
+	// looks at every return ring, so that a lost doorbell cannot strand results (default
+	// 3s; negative: no watchdog).
+	Liveness time.Duration
 	// Process configures process lanes.
 	Process ProcessConfig
 	// Logger receives knit's logs and the output of process lanes; it decides their levels
@@ -192,6 +204,11 @@ const (
 	defaultEventBuffer = 1024
 	defaultStopAck     = 50 * time.Millisecond
 	defaultProcessSpin = 50 * time.Microsecond
+	defaultLiveness    = 3 * time.Second
+	// beatsPerLiveness: a lane beats this many times per Liveness, and the watchdog looks
+	// three times, so a frozen lane is killed between Liveness and 4/3 Liveness after it
+	// stopped.
+	beatsPerLiveness = 6
 )
 
 func (c Config) withDefaults() Config {
@@ -213,6 +230,9 @@ func (c Config) withDefaults() Config {
 	if c.StartupTimeout <= 0 {
 		c.StartupTimeout = 10 * time.Second
 	}
+	if c.Liveness == 0 {
+		c.Liveness = defaultLiveness
+	}
 	switch {
 	case c.Process.Spares == 0:
 		c.Process.Spares = 1
@@ -221,6 +241,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Runtime == Process && c.LaneSpin == 0 {
 		c.LaneSpin = defaultProcessSpin
+	}
+	if c.Runtime == Process && c.CallerSpin == 0 {
+		c.CallerSpin = defaultProcessSpin
 	}
 	if c.Payload.Inline == 0 {
 		c.Payload.Inline = 512

@@ -52,6 +52,8 @@ const (
 	CodeWorkerCrashed   = lifecycle.CodeWorkerCrashed
 	CodeWorkerExited    = lifecycle.CodeWorkerExited
 	CodeStartupFailed   = lifecycle.CodeStartupFailed
+	CodeUnresponsive    = lifecycle.CodeWorkerUnresponsive
+	CodePoisonCall      = lifecycle.CodePoisonCall
 )
 
 // Sentinels for errors.Is.
@@ -68,6 +70,8 @@ var (
 	ErrWorkerCrashed       = lifecycle.ErrWorkerCrashed
 	ErrWorkerExited        = lifecycle.ErrWorkerExited
 	ErrWorkerStartupFailed = lifecycle.ErrStartupFailed
+	ErrWorkerUnresponsive  = lifecycle.ErrUnresponsive
+	ErrPoisonCall          = lifecycle.ErrPoisonCall
 )
 
 // Codec encodes and decodes one type for process lanes. Decode gets hostile bytes.

@@ -29,6 +29,7 @@ type call struct {
 	def         actors.Def
 	id, gen     uint32
 	lane, abort *atomic.Int32 // the record's lane and abort-bit fields, set by the lane that takes it
+	seq         *atomic.Uint64 // the record's sequence number, set when it is published
 	payload     []byte        // the encoded input (process lanes)
 	cancellable bool          // the caller's context can end: a process lane gives it an abort bit
 }
@@ -48,6 +49,7 @@ type lane struct {
 	req     *fastpath.Producer
 	backlog []call // FIFO ring of calls beyond the 32 slots
 	head, n int
+	seq     uint64 // the sequence number of the last call published (the lane runs them in order)
 	space   chan struct{} // closed when the backlog frees room (BlockWhenFull)
 	queued  atomic.Int32  // len(backlog), readable without mu
 
@@ -160,6 +162,7 @@ func (l *lane) submit(c call) (queued bool, err error) {
 		if slot, ok := l.req.Reserve(); ok {
 			l.accept(&c)
 			if l.publish(slot, c) {
+				l.req.Flush()
 				l.mu.Unlock()
 				l.wake.Ring(l.laneBell)
 				return false, nil
@@ -211,9 +214,10 @@ type backlogFull struct{ space chan struct{} }
 
 func (*backlogFull) Error() string { return "backlog full" }
 
-// publish writes c into a reserved slot and publishes it; false means the arena has no room
-// for its payload now (the slot is given back and c waits in the backlog). Goroutine lanes
-// carry no payload: the value stays on the call's record. Called with mu held.
+// publish writes c into a reserved slot and stages it (the caller flushes); false means the
+// arena has no room for its payload now (the slot is given back and c waits in the
+// backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
+// with mu held.
 func (l *lane) publish(slot int, c call) bool {
 	buf, err := l.req.Put(slot, len(c.payload))
 	if err != nil {
@@ -225,7 +229,10 @@ func (l *lane) publish(slot int, c call) bool {
 	s.SetFn(c.def.Index())
 	s.SetCall(c.id, c.gen)
 	s.SetAbort(uint32(c.abort.Load() + 1))
-	l.req.Publish(slot)
+	l.seq++
+	s.SetSeq(l.seq)
+	c.seq.Store(l.seq)
+	l.req.Stage(slot)
 	return true
 }
 
@@ -253,6 +260,7 @@ func (l *lane) flushLocked() bool {
 		l.n--
 		moved++
 	}
+	l.req.Flush() // one store for the whole burst
 	l.queued.Store(int32(l.n))
 	if moved > 0 && l.p.cfg.BlockWhenFull {
 		close(l.space)
@@ -262,16 +270,27 @@ func (l *lane) flushLocked() bool {
 }
 
 // drain settles every result waiting on the return ring, unless someone else is draining.
-// After letting go it looks again: a result published while it held the lock, whose
-// producer found the lock taken, is then still drained.
+// It looks at the ring only while it holds draining: close takes it before fencing the
+// rings, so a drainer never touches a region that is being unmapped. A goroutine lane's
+// region is never unmapped: after letting go, drain looks again there, so that a result
+// published while it held the lock, whose producer found the lock taken, is still drained.
+// (A process lane's results are found by the reaper or a spinning caller, which loop.)
 func (l *lane) drain() {
-	for l.ret.Peek() != 0 {
+	for {
 		if !l.draining.CompareAndSwap(false, true) {
 			return
 		}
 		if l.fenced.Load() {
 			l.draining.Store(false)
 			return
+		}
+		pending := l.ret.Poll()
+		if pending == 0 {
+			l.draining.Store(false)
+			if l.proc != nil || l.ret.Peek() == 0 {
+				return
+			}
+			continue
 		}
 		if l.proc != nil {
 			// A result from another process is caused by a request we published under mu,
@@ -282,7 +301,6 @@ func (l *lane) drain() {
 			//lint:ignore SA2001 the empty critical section is the point
 			l.mu.Unlock()
 		}
-		pending := l.ret.Poll()
 		var bad error
 		for m := pending; m != 0; {
 			i := l.ret.Next(m)
@@ -322,7 +340,7 @@ func (l *lane) settle(i int) error {
 	}
 	// The lane counts as idle before the caller wakes, so a balancer sees it free.
 	l.inflight.Add(-1)
-	if err := l.p.byIndex[fn].SettleResult(l.p.id, s.Call(), s.Gen(), o, payload, l.proc == nil, l); err != nil {
+	if err := l.p.byIndex[fn].SettleResult(l.p.id, l.key, s.Call(), s.Gen(), o, payload, l.proc == nil, l); err != nil {
 		l.inflight.Add(1)
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
 	}
@@ -369,7 +387,8 @@ func (l *lane) reap() {
 			return
 		default:
 		}
-		if l.waiters.Load() == 0 && l.p.futures.Load() == 0 && !l.p.closing.Load() {
+		// Nobody waits, or a spinning caller drains for everyone: idle until kicked.
+		if (l.waiters.Load() == 0 && l.p.futures.Load() == 0 && !l.p.closing.Load()) || l.p.spinning.Load() {
 			select {
 			case <-l.kick:
 			case <-l.ended:
@@ -479,10 +498,22 @@ func (l *lane) close(e *Error, release bool) {
 	l.fenced.Store(true)
 	l.draining.Store(false)
 	l.debugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
+	end := actors.LaneEnd{Owner: l.p.id, Lane: l.key, Release: release, Requeue: l.p.requeue,
+		Err: func(started, poison bool) error {
+			if poison {
+				return &Error{Code: CodePoisonCall, Lane: l.idx, Started: true,
+					Message: "the call was running on two lanes that died: it is not run again", Cause: e}
+			}
+			ce := *e
+			ce.Started = started
+			return &ce
+		}}
+	if release {
+		end.Started = fastpath.Started(l.region.Running().Load())
+	}
 	held := 0
-	requeue := l.p.requeue
 	for _, d := range l.p.defs {
-		held += d.FailLane(l.p.id, l.key, e, release, requeue)
+		held += d.FailLane(end)
 	}
 	l.inflight.Add(int32(-held))
 	for range held {

@@ -29,6 +29,7 @@ type procLane struct {
 	ready  chan struct{} // closed once the lane has reported ready
 	exited chan struct{} // closed once the process has been waited for
 	gone   chan struct{} // closed once its calls are settled and its region unmapped
+	spare  bool          // it was a spare: initialised already, it is ready within Liveness
 
 	killMu sync.Mutex
 	killed lifecycle.Exit // why the host killed it, if it did
@@ -87,7 +88,7 @@ func (l *lane) startProcess() error {
 	// one is waiting; a first start, or a restart with none, spawns.
 	if sp := l.p.takeSpare(l.inc); sp != nil {
 		if err := sp.assign(record, regionFile, pl.efd.File()); err == nil {
-			pl.child = sp.child
+			pl.child, pl.spare = sp.child, true
 			pl.output.relabel(l.idx)
 			l.debug("spare process assigned")
 		} else {
@@ -124,6 +125,7 @@ func (l *lane) bootRecord(layout fastpath.Layout) ([]byte, error) {
 	boot := lifecycle.Boot{
 		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
+		Beat: int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
 	}
 	if cfg.Process.SharedMemory == Named {
@@ -199,7 +201,11 @@ func laneEnv(allow []string) []string {
 
 // awaitReady waits for the lane to report ready, to exit, or for the startup timeout.
 func (l *lane) awaitReady() error {
-	t := time.NewTimer(l.p.cfg.StartupTimeout)
+	timeout := l.p.cfg.StartupTimeout
+	if l.proc.spare && l.p.cfg.Liveness > 0 {
+		timeout = min(timeout, l.p.cfg.Liveness)
+	}
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-l.proc.ready:
@@ -207,7 +213,7 @@ func (l *lane) awaitReady() error {
 		return nil
 	case <-l.ended:
 	case <-t.C:
-		l.kill(lifecycle.Exit{Startup: l.p.cfg.StartupTimeout})
+		l.kill(lifecycle.Exit{Startup: timeout})
 		<-l.ended
 	}
 	return l.endError()
@@ -217,7 +223,7 @@ func (l *lane) awaitReady() error {
 func (l *lane) kill(why lifecycle.Exit) {
 	pl := l.proc
 	pl.killMu.Lock()
-	if pl.killed.Startup == 0 && pl.killed.HardTimeout == "" && pl.killed.Corrupt == nil {
+	if pl.killed.Startup == 0 && pl.killed.HardTimeout == "" && pl.killed.Corrupt == nil && pl.killed.Unresponsive == "" {
 		pl.killed = why
 	}
 	pl.killMu.Unlock()

@@ -44,6 +44,9 @@ type Pool struct {
 	rr        atomic.Uint32
 
 	futures  atomic.Int64 // unsettled futures: lanes' reapers must drain for them
+	spinning atomic.Bool  // a caller polls for results, draining for everyone (Help)
+	spinCold atomic.Bool  // the last spin ran out of budget: callers park at once
+	reaped   bool         // process lanes: results wait on return rings for a drainer
 	closing  atomic.Bool
 	inflight atomic.Int64
 	drained  chan struct{} // closed when closing and nothing is in flight
@@ -54,6 +57,9 @@ type Pool struct {
 	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
 	spares spares // process lanes started ahead for restarts
+
+	stopWatch chan struct{} // closed by Close once the lanes are stopped
+	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
 
 	events  chan Event
 	evMu    sync.Mutex // guards sends on events against its closing
@@ -99,6 +105,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	p.log = p.root.Named(logging.Lifecycle)
 	p.laneLog, p.fastLog = p.root.Named(logging.Lane), p.root.Named(logging.Fastpath)
 	p.codecLog = p.root.Named(logging.Codec)
+	p.reaped = cfg.Runtime == Process
 	all := actors.All()
 	p.byIndex = make([]actors.Def, len(all))
 	for _, t := range tasks {
@@ -138,6 +145,10 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	p.tree = tree
 	if cfg.Runtime == Process {
 		p.refillSpares()
+		if cfg.Liveness > 0 {
+			p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
+			go p.watchdog(p.stopWatch, p.watchDone)
+		}
 	}
 	p.log.Debug("pool started", zap.Int("lanes", cfg.Lanes), zap.Stringer("runtime", cfg.Runtime))
 	return p, nil
@@ -262,6 +273,8 @@ func (p *Pool) closeEvents() {
 func (p *Pool) pick() *lane {
 	n := len(p.lanes)
 	switch p.cfg.Balancer {
+	case LeastLoaded:
+		return p.leastLoaded()
 	case FirstIdle, FirstIdleOrRandom:
 		for i := range p.lanes {
 			if l := p.lanes[i].Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
@@ -281,6 +294,27 @@ func (p *Pool) pick() *lane {
 		}
 	}
 	return nil
+}
+
+// leastLoaded is the first idle lane, else the lane holding the fewest calls (the lower one
+// of equals: under a steady load the lanes take turns anyway).
+func (p *Pool) leastLoaded() *lane {
+	var best *lane
+	bestLoad := int32(0)
+	for i := range p.lanes {
+		l := p.lanes[i].Load()
+		if l == nil || l.state.Load() != laneReady {
+			continue
+		}
+		load := l.inflight.Load()
+		if load == 0 {
+			return l
+		}
+		if best == nil || load < bestLoad {
+			best, bestLoad = l, load
+		}
+	}
+	return best
 }
 
 // laneByKey is the lane incarnation a record names, if it is still the current one.
@@ -339,14 +373,15 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 	}
 }
 
-// requeue runs a call of an Idempotent task that lost its lane on another lane, waiting
-// within the call's context for one if they are all restarting.
+// requeue runs a call that lost its lane on another lane — one that never started there, or
+// an Idempotent one — waiting within the call's context for a lane if they are all
+// restarting.
 func (p *Pool) requeue(r actors.Retry) bool {
 	if p.closing.Load() {
 		return false
 	}
 	p.inflight.Add(1) // the call is the pool's while it looks for a lane
-	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, payload: r.Payload, cancellable: r.Ctx.Done() != nil}
+	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, cancellable: r.Ctx.Done() != nil}
 	go func() {
 		if _, err := p.dispatch(r.Ctx, c); err != nil {
 			r.Fail(err)
@@ -406,6 +441,10 @@ func (p *Pool) Close(ctx context.Context) error {
 			unacked = p.tree.Close()
 		} else {
 			unacked = p.stopLanes()
+		}
+		if p.watchDone != nil {
+			close(p.stopWatch)
+			<-p.watchDone
 		}
 		p.closeSpares()
 		p.closeEvents()

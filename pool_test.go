@@ -383,7 +383,7 @@ func TestGoexitEndsLane(t *testing.T) {
 }
 
 func TestBalancers(t *testing.T) {
-	for _, b := range []knit.Balancer{knit.RoundRobin, knit.FirstIdle, knit.Random, knit.FirstIdleOrRandom} {
+	for _, b := range []knit.Balancer{knit.LeastLoaded, knit.RoundRobin, knit.FirstIdle, knit.Random, knit.FirstIdleOrRandom} {
 		p := newPool(t, knit.Config{Lanes: 3, Balancer: b})
 		for i := range 300 {
 			if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || sum != int64(i+1) {
@@ -398,7 +398,7 @@ func TestBalancers(t *testing.T) {
 					t.Errorf("round-robin: lane %d ran %d calls, want 100", l.Lane, l.Completed)
 				}
 			}
-		case knit.FirstIdle:
+		case knit.FirstIdle, knit.LeastLoaded:
 			if lanes[0].Completed != 300 {
 				t.Errorf("first-idle with one call at a time: lane 0 ran %d, want 300", lanes[0].Completed)
 			}

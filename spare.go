@@ -47,7 +47,10 @@ func (p *Pool) takeSpare(inc int) *spare {
 		case <-sp.waited: // it died waiting
 			sp.sock.Close()
 		default:
-			return sp
+			if !frozen(sp.pid) {
+				return sp
+			}
+			go sp.kill() // stopped: it would make the restart wait for nothing
 		}
 	}
 	return nil

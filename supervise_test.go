@@ -227,7 +227,7 @@ func matrixCase(t *testing.T, how string, code knit.Code, restart bool, typ knit
 	rec := newRecorder()
 	p, err := knit.NewPool(knit.Config{
 		Lanes: 3, Runtime: knit.Process, PanicCrashesLane: true, Logger: zap.NewNop(),
-		KillGrace: 200 * time.Millisecond, OnEvent: rec.record,
+		KillGrace: 200 * time.Millisecond, OnEvent: rec.record, Balancer: knit.RoundRobin,
 		Restart: knit.Restart{Type: typ, Strategy: strat, Backoff: knit.Backoff{Min: -1}},
 		Process: knit.ProcessConfig{Spares: spares},
 	}, supTasks...)

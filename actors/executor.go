@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/spin"
 )
 
 // Executor is the consumer side of a lane: it takes every pending call from the request
@@ -40,7 +41,10 @@ type Executor struct {
 	scratch []byte
 }
 
-type work struct{ fn, id, gen, abort uint32 }
+type work struct {
+	fn, id, gen, abort uint32
+	seq                uint64 // the host's sequence number of the call on this lane
+}
 
 // Run serves calls until the host requests a stop, which it acknowledges after finishing
 // the calls it has taken. An error means the request ring broke the protocol: the lane
@@ -48,15 +52,22 @@ type work struct{ fn, id, gen, abort uint32 }
 func (e *Executor) Run() error {
 	req, ret := e.Region.Requests().Consumer(), e.Region.Returns().Producer()
 	wake, done, stop := e.Region.LaneWake(), e.Region.Returns().Completion(), e.Region.Stop()
-	stats := e.Region.Stats()
+	stats, running := e.Region.Stats(), e.Region.Running()
 	ready := func() bool { return req.Poll() != 0 || stop.Load() != fastpath.StopRunning }
-	spin := fastpath.Spinner{Budget: e.Spin}
+	// A process lane has nothing else to run while it spins: it yields to other processes.
+	spin := fastpath.Spinner{Budget: e.Spin, OS: !e.Local}
 	var batch [fastpath.Slots]work
 	var inputs [fastpath.Slots][]byte
 	wake.SetAwake()
 	for {
 		if !spin.Until(ready) {
-			wake.Park(e.Lane, ready, e.Park)
+			if e.Spin <= 0 {
+				wake.Park(e.Lane, ready, e.Park)
+			} else {
+				parked := time.Now()
+				wake.Park(e.Lane, ready, e.Park)
+				spin.Parked(time.Since(parked))
+			}
 		}
 		pending := req.Poll()
 		if pending == 0 {
@@ -74,7 +85,7 @@ func (e *Executor) Run() error {
 			i := req.Next(m)
 			m &^= 1 << i
 			s := req.Slot(i)
-			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort()}
+			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq()}
 			if !e.Local {
 				p, err := req.Payload(i)
 				if err != nil {
@@ -94,6 +105,9 @@ func (e *Executor) Run() error {
 			if t == nil {
 				return fmt.Errorf("%w: function index %d is not served", fastpath.ErrCorrupt, w.fn)
 			}
+			// One store before and one after each call: if the lane dies, the host knows
+			// which calls had started and which it may run elsewhere.
+			running.Store(fastpath.RunningWord(w.seq, true))
 			var out []byte
 			var o Outcome
 			if e.Local {
@@ -116,13 +130,22 @@ func (e *Executor) Run() error {
 			rs.SetCall(w.id, w.gen)
 			rs.SetAbort(w.abort)
 			rs.SetFlags(uint32(o))
+			// Each result is published as soon as it exists: a result that waited for the
+			// rest of its burst would be lost with the lane, and its call with it.
 			ret.Publish(j)
-			if e.Drain != nil {
-				e.Drain()
-			} else {
-				done.Signal(e.Done)
-			}
+			e.signal()
+			running.Store(fastpath.RunningWord(w.seq, false))
 		}
+	}
+}
+
+// signal lets the host know results are waiting: a goroutine lane settles them itself, a
+// process lane rings the completion doorbell if the host sleeps on it.
+func (e *Executor) signal() {
+	if e.Drain != nil {
+		e.Drain()
+	} else {
+		e.Region.Returns().Completion().Signal(e.Done)
 	}
 }
 
@@ -166,11 +189,11 @@ func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 			}
 			p.Release(i)
 		}
-		if e.Drain != nil {
-			e.Drain()
+		e.signal()
+		if e.Local {
+			runtime.Gosched()
 		} else {
-			e.Region.Returns().Completion().Signal(e.Done)
+			spin.Yield()
 		}
-		runtime.Gosched()
 	}
 }

@@ -15,20 +15,44 @@ type Future[Out any] struct {
 	mu     sync.Mutex // orders the context hook's registration before its use
 	stop   func() bool
 	cancel context.CancelFunc
+	help   Helper        // the pool: drains results for a waiter
 	count  *atomic.Int64 // the pool's count of unsettled futures
 }
+
+// Helper is what a pool does for a goroutine about to wait for a call's result.
+type Helper interface {
+	// Help polls for the result of the call p reports pending, draining results itself,
+	// for as long as spinning pays; it returns when p settles or it stops spinning.
+	Help(p Pender)
+}
+
+// Pender reports whether a call is still unsettled.
+type Pender interface{ Pending() bool }
 
 // NewFuture returns an unsettled Future.
 func NewFuture[Out any]() *Future[Out] { return &Future[Out]{done: make(chan struct{})} }
 
 // Wait blocks until the call settles and returns its result.
 func (f *Future[Out]) Wait() (Out, error) {
+	if f.help != nil && f.Pending() {
+		f.help.Help(f)
+	}
 	<-f.done
 	return f.out, f.err
 }
 
 // Done is closed when the call has settled.
 func (f *Future[Out]) Done() <-chan struct{} { return f.done }
+
+// Pending reports whether the call is still unsettled.
+func (f *Future[Out]) Pending() bool {
+	select {
+	case <-f.done:
+		return false
+	default:
+		return true
+	}
+}
 
 // Fail settles a future whose call never started.
 func (f *Future[Out]) Fail(err error) *Future[Out] {
@@ -38,11 +62,11 @@ func (f *Future[Out]) Fail(err error) *Future[Out] {
 }
 
 // Attach makes r settle f. cancel, if not nil, is called when the call settles. expire, if
-// not nil, is run (holding its own reference to r) when ctx ends first.
-// count is decremented when f settles.
-func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel context.CancelFunc, expire func(), count *atomic.Int64) {
+// not nil, is run (holding its own reference to r) when ctx ends first. help is the pool;
+// count, decremented when f settles, its count of unsettled futures.
+func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel context.CancelFunc, expire func(), help Helper, count *atomic.Int64) {
 	r.fut = f
-	f.cancel, f.count = cancel, count
+	f.cancel, f.help, f.count = cancel, help, count
 	if expire == nil {
 		return
 	}

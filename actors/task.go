@@ -53,16 +53,15 @@ type Def interface {
 	RunEncoded(ctx context.Context, in []byte, dst []byte) ([]byte, Outcome)
 	// PanicOf returns the *PanicError an in-process call ended with.
 	PanicOf(id uint32) error
-	// SettleResult settles call id of generation gen from a result slot and drops the
-	// lane's reference. local means the lane already left its result on the record;
-	// otherwise payload is decoded. An error means the result names no call of owner: the
-	// lane that wrote it is broken.
-	SettleResult(owner uint64, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error
-	// FailLane settles every call of owner that lane holds with err (unless settled
-	// already) and reports how many it held. release is false for a lane that may still be
-	// running: its records are then never reused. With requeue, calls of an Idempotent
-	// task that the lane lost are handed to requeue instead (at most MaxReruns times each).
-	FailLane(owner uint64, lane int32, err error, release bool, requeue func(Retry) bool) int
+	// SettleResult settles call id of generation gen from a result slot of lane and drops
+	// the lane's reference. local means the lane already left its result on the record;
+	// otherwise payload is decoded. An error means the result names no call of owner that
+	// lane holds: the lane that wrote it is broken (or hostile), and nothing was settled.
+	SettleResult(owner uint64, lane int32, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error
+	// FailLane settles every call of e.Owner that lane e.Lane holds and reports how many it
+	// held: calls that had not started run again elsewhere, whatever their task; calls that
+	// had started fail, or run again once if their task is Idempotent (see LaneEnd).
+	FailLane(e LaneEnd) int
 }
 
 // Wrapper turns a lane's outcome into the error its caller sees.
@@ -309,8 +308,13 @@ type Record[In, Out any] struct {
 	Enc   []byte        // the encoded input (process lanes), reused across calls
 	state atomic.Uint32
 	refs  atomic.Int32
-	// reruns counts how often the call ran again after losing its lane (Idempotent tasks).
-	reruns uint8
+	// Seq is the call's sequence number on the lane it was last published to (0 while it is
+	// in a backlog or looking for a lane): it tells, when that lane dies, whether it started.
+	Seq atomic.Uint64
+	// deaths counts the lanes that died while the call was running on them.
+	deaths uint8
+	// Hard is when the call overruns its task's HardTimeout (zero: none).
+	Hard time.Time
 	owner  atomic.Uint64 // the pool that issued the call
 	ctx    context.Context
 	In     In
@@ -340,7 +344,7 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 	r.owner.Store(owner)
 	r.Lane.Store(-1)
 	r.Abort.Store(-1)
-	r.reruns = 0
+	r.deaths = 0
 	r.refs.Store(2)
 	r.state.Store(statePending)
 }
@@ -448,7 +452,9 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 	var zeroIn In
 	var zeroOut Out
 	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil
+	r.Hard = time.Time{}
 	r.owner.Store(0)
+	r.Seq.Store(0)
 	if cap(r.Enc) > maxKeptEncoding {
 		r.Enc = nil
 	}
@@ -476,10 +482,10 @@ func (t *Table[In, Out]) Held(owner uint64, lane int32, f func(r *Record[In, Out
 }
 
 // SettleResult implements Def.
-func (t *Task[In, Out]) SettleResult(owner uint64, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error {
+func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error {
 	r := t.Records.Get(id)
-	if r == nil || r.Gen.Load() != gen || r.owner.Load() != owner || r.Lane.Load() < 0 {
-		return fmt.Errorf("result for unknown call %d/%d of task %q", id, gen, t.name)
+	if r == nil || r.Gen.Load() != gen || r.owner.Load() != owner || r.Lane.Load() != lane {
+		return fmt.Errorf("result for call %d/%d of task %q, which this lane does not hold", id, gen, t.name)
 	}
 	// A call that failed after its context ended is settled by the caller's context
 	// (timeout rules, TimeoutDefault), which is certain to fire.
@@ -508,38 +514,62 @@ func (t *Task[In, Out]) SettleResult(owner uint64, id, gen uint32, o Outcome, pa
 	return nil
 }
 
-// MaxReruns bounds how often a call of an Idempotent task runs again after losing its lane,
-// so that a call that kills every lane it lands on cannot take the whole pool down.
-const MaxReruns = 3
+// LaneEnd is a lane that ended, as FailLane needs it.
+type LaneEnd struct {
+	Owner uint64
+	Lane  int32
+	// Started is the sequence number of the last call the lane started (its running word);
+	// a call published with a higher one, or still in the backlog, provably never ran.
+	Started uint64
+	// Release is false for a lane that may still be running (abandoned): its calls all fail
+	// and their records are never reused.
+	Release bool
+	// Err is the error of a call that cannot run again: started says whether it had started
+	// on the lane, poison that it had started on a lane that died before, too.
+	Err func(started, poison bool) error
+	// Requeue dispatches a call again, on another lane; false when it cannot (the pool is
+	// closing).
+	Requeue func(Retry) bool
+}
 
-// Retry is a call of an Idempotent task handed back for another lane. Its record keeps the
-// dispatch reference; Fail settles the call and lets go of it.
+// Retry is a call handed back for another lane. Its record keeps the dispatch reference;
+// Fail settles the call and lets go of it.
 type Retry struct {
 	Def         Def
 	ID, Gen     uint32
 	Lane, Abort *atomic.Int32
+	Seq         *atomic.Uint64
 	Payload     []byte // the encoded input (process lanes)
 	Ctx         context.Context
 	Fail        func(error)
 }
 
-// FailLane implements Def.
-func (t *Task[In, Out]) FailLane(owner uint64, lane int32, err error, release bool, requeue func(Retry) bool) int {
+// FailLane implements Def. A call that had started when its lane died runs again only if
+// its task is Idempotent, and only once: a call that was running on two lanes that died is
+// poison, and fails with the poison error instead of killing every lane in turn.
+func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 	n := 0
-	t.Records.Held(owner, lane, func(r *Record[In, Out]) {
-		if release && requeue != nil && t.opts.Idempotent && r.reruns < MaxReruns && r.Pending() && r.ctx.Err() == nil {
-			r.reruns++
+	t.Records.Held(e.Owner, e.Lane, func(r *Record[In, Out]) {
+		n++
+		seq := r.Seq.Load()
+		started := seq != 0 && seq <= e.Started
+		poison := started && r.deaths > 0
+		again := e.Release && e.Requeue != nil && r.Pending() && r.ctx.Err() == nil &&
+			(!started || t.opts.Idempotent && !poison)
+		if again {
+			if started {
+				r.deaths++
+			}
 			r.Lane.Store(-1)
 			r.Abort.Store(-1)
-			if requeue(Retry{Def: t, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Payload: r.Enc, Ctx: r.ctx,
-				Fail: func(err error) { r.Fail(err); t.Records.Release(r) }}) {
-				n++
+			r.Seq.Store(0)
+			if e.Requeue(Retry{Def: t, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq,
+				Payload: r.Enc, Ctx: r.ctx, Fail: func(err error) { r.Fail(err); t.Records.Release(r) }}) {
 				return
 			}
 		}
-		r.Fail(err)
-		n++
-		if release {
+		r.Fail(e.Err(started, poison))
+		if e.Release {
 			r.Lane.Store(-1)
 			t.Records.Release(r)
 		} else {

@@ -151,22 +151,29 @@ func (c Completion) Signal(bell Bell) bool {
 	return false
 }
 
-// Spinner spins on a condition with a time budget. Between polls it issues a CPU pause;
-// every yieldEvery polls it checks the clock and yields the processor, so a spinner does
-// not starve runnable goroutines on a small machine (runtime.Gosched takes the scheduler's
-// global lock, so yielding on every poll would cost more than the wait).
+// Spinner waits for a condition by polling it, and decides by itself whether polling is
+// worth it: it spins only while work keeps coming back sooner than a park and wake would
+// cost. Between polls it issues a CPU pause; every yieldEvery polls it checks the clock and
+// yields (with OS set, to every thread of every process: a lane process has nothing else to
+// run, and on a machine with fewer cores than spinners the host must get the core to
+// produce the work the spinner waits for). A zero Spinner never spins. Not safe for
+// concurrent use.
 type Spinner struct {
-	Budget time.Duration // zero or less: check once
+	Budget time.Duration // longest spin (zero or less: none)
+	OS     bool          // yield to other processes too, not only to other goroutines
+	// cold is set when a spin ran out: the next waits park at once until a park shows that
+	// work came back within Budget after all.
+	cold bool
 }
 
 const yieldEvery = 64
 
-// Until reports whether ready returned true within the budget.
-func (s Spinner) Until(ready func() bool) bool {
+// Until reports whether ready returned true within the spin. False means: park.
+func (s *Spinner) Until(ready func() bool) bool {
 	if ready() {
 		return true
 	}
-	if s.Budget <= 0 {
+	if s.Budget <= 0 || s.cold {
 		return false
 	}
 	start := time.Now()
@@ -177,9 +184,22 @@ func (s Spinner) Until(ready func() bool) bool {
 		}
 		if i%yieldEvery == 0 {
 			if time.Since(start) >= s.Budget {
+				s.cold = true
 				return false
 			}
-			runtime.Gosched()
+			if s.OS {
+				spin.Yield()
+			} else {
+				runtime.Gosched()
+			}
 		}
+	}
+}
+
+// Parked tells the spinner how long the park that followed a failed spin lasted: a park
+// shorter than the budget means the work came soon enough for spinning to pay again.
+func (s *Spinner) Parked(d time.Duration) {
+	if d < s.Budget {
+		s.cold = false
 	}
 }

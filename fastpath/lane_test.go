@@ -61,7 +61,7 @@ func echoLane(r *Region, bells laneBells, spin time.Duration, verify bool) error
 	ready := func() bool { return req.Poll() != 0 || stop.Load() != StopRunning }
 	wake.SetAwake()
 	for {
-		if !(Spinner{Budget: spin}).Until(ready) {
+		if !(&Spinner{Budget: spin}).Until(ready) {
 			wake.Park(bells.lane, ready, 0)
 		}
 		pending := req.Poll()
@@ -140,7 +140,7 @@ func (h *host) send(call uint32, payload []byte) {
 // and passes each to f before retiring them.
 func (h *host) receive(spin time.Duration, f func(s Slot, p []byte) error) (int, error) {
 	ready := func() bool { return h.ret.Poll() != 0 }
-	for !(Spinner{Budget: spin}).Until(ready) {
+	for !(&Spinner{Budget: spin}).Until(ready) {
 		h.done.Arm()
 		if ready() {
 			h.done.Disarm()

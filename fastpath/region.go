@@ -21,7 +21,7 @@ import (
 // Magic opens every region ("KNIT" little-endian); Version is the protocol version.
 const (
 	Magic   uint32 = 0x54494e4b
-	Version uint32 = 1
+	Version uint32 = 2
 )
 
 // Fixed protocol sizes.
@@ -118,7 +118,9 @@ const (
 	sigBusy   = 128 // host-busy hint
 	sigStop   = 192 // stop word
 	sigAbort  = 256 // abort doorbell counter, bumped when an abort bit is set
-	sigBytes  = 320
+	sigBeat   = 320 // heartbeat counter, bumped by a lane process's runtime (not its tasks)
+	sigRun    = 384 // running word: the sequence number of the call the lane started last
+	sigBytes  = 448
 	ringCtrl  = 256 // ring control sector: producer word +0, consumer word +64, arm word +128
 	statBytes = 3 * line
 )
@@ -285,6 +287,27 @@ func (r *Region) Busy() *atomic.Uint32 { return r.sig(sigBusy) }
 
 // LaneWake returns the doorbell the lane parks on: it is rung for new calls and for stop requests.
 func (r *Region) LaneWake() *Wake { return &Wake{counter: r.sig(sigWake), awake: r.sig(sigAwake)} }
+
+// Heartbeat returns the counter a lane process's runtime bumps at a steady pace, whatever its
+// tasks do: a host that sees it stand still knows the process is frozen.
+func (r *Region) Heartbeat() *atomic.Uint32 { return r.sig(sigBeat) }
+
+// Running returns the lane's running word: Running(seq, busy) of the call it started last.
+// The host reads it after the lane has died, to tell the calls that had started (a sequence
+// number up to Started) from those that provably had not.
+func (r *Region) Running() *atomic.Uint64 { return shm.U64(r.mem, r.parts[partSignals]+sigRun) }
+
+// RunningWord encodes the running word: the call with sequence number seq, and whether it is
+// still running.
+func RunningWord(seq uint64, busy bool) uint64 {
+	if busy {
+		return seq<<1 | 1
+	}
+	return seq << 1
+}
+
+// Started decodes a running word: the sequence number of the last call the lane started.
+func Started(word uint64) uint64 { return word >> 1 }
 
 // AbortWake returns the counter a lane's abort watcher parks on.
 func (r *Region) AbortWake() *atomic.Uint32 { return r.sig(sigAbort) }

@@ -20,16 +20,16 @@ const (
 
 // Slot header offsets.
 const (
-	hFn      = 0
-	hCall    = 4
-	hTag     = 8
-	hFlags   = 12
-	hOff     = 16
-	hLen     = 20
-	hAbort   = 24
-	hGen     = 28
-	hEnqueue = 32
-	hData    = 40
+	hFn    = 0
+	hCall  = 4
+	hTag   = 8
+	hFlags = 12
+	hOff   = 16
+	hLen   = 20
+	hAbort = 24
+	hGen   = 28
+	hSeq   = 32
+	hData  = 40
 )
 
 var (
@@ -73,12 +73,12 @@ func (s Slot) Call() uint32             { return s.u32(hCall) }
 func (s Slot) Gen() uint32              { return s.u32(hGen) }
 func (s Slot) Flags() uint32            { return s.u32(hFlags) }
 func (s Slot) Abort() uint32            { return s.u32(hAbort) }
-func (s Slot) Enqueued() int64          { return int64(binary.LittleEndian.Uint64(s.b[hEnqueue:])) }
+func (s Slot) Seq() uint64              { return binary.LittleEndian.Uint64(s.b[hSeq:]) }
 func (s Slot) SetFn(v uint32)           { s.put32(hFn, v) }
 func (s Slot) SetCall(call, gen uint32) { s.put32(hCall, call); s.put32(hGen, gen) }
 func (s Slot) SetFlags(v uint32)        { s.put32(hFlags, v) }
 func (s Slot) SetAbort(v uint32)        { s.put32(hAbort, v) }
-func (s Slot) SetEnqueued(t int64)      { binary.LittleEndian.PutUint64(s.b[hEnqueue:], uint64(t)) }
+func (s Slot) SetSeq(v uint64)          { binary.LittleEndian.PutUint64(s.b[hSeq:], v) }
 
 // Producer is the only writer of a ring's producer word and the owner of its arena. It is
 // not safe for concurrent use.
@@ -87,7 +87,8 @@ type Producer struct {
 	prod, cons *atomic.Uint32
 	local      uint32 // the producer word as this side last stored it
 	shadow     uint32 // cached consumer word; stale only ever makes a free slot look busy
-	reserved   uint32 // slots handed out by Reserve and not yet published
+	reserved   uint32 // slots handed out by Reserve and not yet staged
+	staged     bool   // local holds staged slots the producer word does not show yet
 	cursor     int    // the next slot to hand out
 	ext        [Slots]extent
 }
@@ -200,16 +201,33 @@ func (p *Producer) alloc(slot, n int) (int, bool) {
 	return 0, false
 }
 
-// Publish hands slot i to the consumer: one atomic store of the producer word, after the
-// plain writes of its header and payload.
+// Publish hands slot i to the consumer at once: Stage then Flush.
+func (p *Producer) Publish(i int) {
+	p.Stage(i)
+	p.Flush()
+}
+
+// Stage marks slot i, whose header and payload are written, ready to hand over; it reaches
+// the consumer with the next Flush, so that a burst of slots costs one store.
+func (p *Producer) Stage(i int) {
+	p.reserved &^= 1 << i
+	p.local ^= 1 << i
+	p.staged = true
+}
+
+// Flush publishes every staged slot: one atomic store of the producer word, after the plain
+// writes of their headers and payloads. It reports whether anything was staged.
 //
 // The store is a Swap: doorbells rely on a store followed by a load of the other side's
 // flag never being reordered (Dekker). amd64 compiles atomic stores to XCHG anyway, but the
 // race runtime implements them as release stores, which lets the load pass the store.
-func (p *Producer) Publish(i int) {
-	p.reserved &^= 1 << i
-	p.local ^= 1 << i
+func (p *Producer) Flush() bool {
+	if !p.staged {
+		return false
+	}
+	p.staged = false
 	p.prod.Swap(p.local)
+	return true
 }
 
 // Release gives back a reserved slot that will not be published, with its arena extent.

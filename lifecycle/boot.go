@@ -53,6 +53,7 @@ type Boot struct {
 	Epoch       int64      `json:"epoch"`
 	Debug       string     `json:"debug,omitempty"`
 	PanicCrash  bool       `json:"panic_crash,omitempty"`
+	Beat        int64      `json:"beat_ns,omitempty"` // heartbeat period (0: none)
 }
 
 // Exit statuses of a lane process.
@@ -160,7 +161,9 @@ func Serve() int {
 	region.Boot().Store(fastpath.BootReady)
 	_ = done.Signal() // the host's reaper waits on this doorbell for readiness too
 	log.Debug("lane ready", zap.Duration("spin", exec.Spin), zap.Duration("park", exec.Park))
+	stopBeat := heartbeat(region, durationNS(b.Beat))
 	err = exec.Run()
+	stopBeat()
 	aborts.stop()
 	var pe *actors.PanicError
 	if errors.As(err, &pe) { // PanicCrashesLane: die the way an unrecovered panic does
@@ -215,6 +218,34 @@ func resolveTasks(want []BootTask) ([]actors.Def, error) {
 }
 
 func durationNS(ns int64) time.Duration { return time.Duration(ns) }
+
+// heartbeat bumps the region's heartbeat counter every period, from a goroutine of its own:
+// it beats whatever the tasks do, and stands still only when the whole process does
+// (SIGSTOP, a stuck runtime). It returns a function that stops it.
+func heartbeat(r *fastpath.Region, period time.Duration) (stop func()) {
+	if period <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			r.Heartbeat().Add(1)
+			select {
+			case <-t.C:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
 
 // abortWatch cancels a running call's context when the host raises its abort bit. It parks
 // on the region's abort doorbell, so it costs nothing until a call is cancelled.

@@ -9,18 +9,19 @@ import (
 
 // Exit is what the host knows when a lane has ended.
 type Exit struct {
-	Lane        int
-	Stopping    bool           // the host had asked the lane to stop
-	Ready       bool           // the lane had reported ready
-	Status      int            // exit status; -1 when killed by a signal
-	Signal      syscall.Signal // the signal that killed it, or 0
-	Fatal       string         // the reason the lane left in its region, if any
-	Tail        []string       // the last lines of its stderr
-	Failure     string         // the line where the Go runtime announced a panic or fatal error
-	Startup     time.Duration  // with StartupTimeout: the host gave up waiting for ready
-	HardTimeout string         // the host killed it: a call overran its hard timeout
-	Corrupt     error          // the host killed it: it broke the ring protocol
-	Err         error          // waiting for it failed
+	Lane         int
+	Stopping     bool           // the host had asked the lane to stop
+	Ready        bool           // the lane had reported ready
+	Status       int            // exit status; -1 when killed by a signal
+	Signal       syscall.Signal // the signal that killed it, or 0
+	Fatal        string         // the reason the lane left in its region, if any
+	Tail         []string       // the last lines of its stderr
+	Failure      string         // the line where the Go runtime announced a panic or fatal error
+	Startup      time.Duration  // with StartupTimeout: the host gave up waiting for ready
+	HardTimeout  string         // the host killed it: a call overran its hard timeout
+	Unresponsive string         // the host killed it: its heartbeat stood still
+	Corrupt      error          // the host killed it: it broke the ring protocol
+	Err          error          // waiting for it failed
 }
 
 // tailLines is how many stderr lines go into an error message.
@@ -28,8 +29,9 @@ const tailLines = 16
 
 // Classify turns an ended lane into its coded error. The first matching rule wins:
 // THREAD_CLOSED after a stop request whatever the status; WORKER_STARTUP_FAILED before
-// ready; WORKER_CRASHED for a signal, a Go panic or fatal error, a hard timeout or a
-// corrupt ring; WORKER_EXITED for any other exit, with its status.
+// ready; WORKER_CRASHED for a hard timeout; WORKER_UNRESPONSIVE for a lane the host killed
+// because its heartbeat stood still; WORKER_CRASHED for a corrupt ring, a signal, a Go panic
+// or fatal error; WORKER_EXITED for any other exit, with its status.
 func Classify(x Exit) *Error {
 	e := &Error{Lane: x.Lane}
 	how := x.how()
@@ -48,6 +50,8 @@ func Classify(x Exit) *Error {
 		}
 	case x.HardTimeout != "":
 		e.Code, e.Message = CodeWorkerCrashed, "killed by the host: hard timeout: "+x.HardTimeout
+	case x.Unresponsive != "":
+		e.Code, e.Message = CodeWorkerUnresponsive, "killed by the host: unresponsive: "+x.Unresponsive
 	case x.Corrupt != nil:
 		e.Code, e.Message, e.Cause = CodeWorkerCrashed, "killed by the host: corrupt ring", x.Corrupt
 	case x.Signal != 0:

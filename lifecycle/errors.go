@@ -12,19 +12,25 @@ type Code string
 
 // Codes.
 const (
-	CodePoolClosed       Code = "POOL_CLOSED"
-	CodeTimeout          Code = "TIMEOUT"
-	CodeTaskPanic        Code = "TASK_PANIC"
-	CodeTaskError        Code = "TASK_ERROR"
-	CodePayloadTooLarge  Code = "PAYLOAD_TOO_LARGE"
-	CodeOverloaded       Code = "OVERLOADED"
-	CodeUnsupportedType  Code = "UNSUPPORTED_TYPE"
-	CodePoolUnavailable  Code = "POOL_UNAVAILABLE"
-	CodeCanceled         Code = "CANCELED"
-	CodeThreadClosed     Code = "THREAD_CLOSED"
-	CodeWorkerCrashed    Code = "WORKER_CRASHED"
-	CodeWorkerExited     Code = "WORKER_EXITED"
-	CodeStartupFailed    Code = "WORKER_STARTUP_FAILED"
+	CodePoolClosed      Code = "POOL_CLOSED"
+	CodeTimeout         Code = "TIMEOUT"
+	CodeTaskPanic       Code = "TASK_PANIC"
+	CodeTaskError       Code = "TASK_ERROR"
+	CodePayloadTooLarge Code = "PAYLOAD_TOO_LARGE"
+	CodeOverloaded      Code = "OVERLOADED"
+	CodeUnsupportedType Code = "UNSUPPORTED_TYPE"
+	CodePoolUnavailable Code = "POOL_UNAVAILABLE"
+	CodeCanceled        Code = "CANCELED"
+	CodeThreadClosed    Code = "THREAD_CLOSED"
+	CodeWorkerCrashed   Code = "WORKER_CRASHED"
+	CodeWorkerExited    Code = "WORKER_EXITED"
+	CodeStartupFailed   Code = "WORKER_STARTUP_FAILED"
+	// CodeWorkerUnresponsive: the host killed a lane process whose heartbeat stood still
+	// (frozen by SIGSTOP, a stuck runtime, …) for the liveness timeout.
+	CodeWorkerUnresponsive Code = "WORKER_UNRESPONSIVE"
+	// CodePoisonCall: a call that was running on two lanes that both died under it; it is
+	// not run a third time.
+	CodePoisonCall       Code = "POISON_CALL"
 	CodeProtocolMismatch Code = "PROTOCOL_MISMATCH"
 )
 
@@ -37,6 +43,11 @@ type Error struct {
 	Task    string // task name, "" when no task is involved
 	Message string
 	Cause   error
+	// Started is set on the error of a call that failed because its lane ended (a lifecycle
+	// code): true when the call had started on the lane. A call that had not started is run
+	// on another lane instead; it fails only when it cannot be (the pool is closing, or its
+	// context ended).
+	Started bool
 }
 
 func (e *Error) Error() string {
@@ -95,6 +106,8 @@ var (
 	ErrWorkerCrashed   = sentinel(CodeWorkerCrashed)
 	ErrWorkerExited    = sentinel(CodeWorkerExited)
 	ErrStartupFailed   = sentinel(CodeStartupFailed)
+	ErrUnresponsive    = sentinel(CodeWorkerUnresponsive)
+	ErrPoisonCall      = sentinel(CodePoisonCall)
 )
 
 func sentinel(c Code) *Error { return &Error{Code: c, Lane: -1} }

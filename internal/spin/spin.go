@@ -1,3 +1,3 @@
-// Package spin holds the CPU hint a busy-wait loop issues between polls. It must never
-// block or yield: callers decide when to hand the processor back to the scheduler.
+// Package spin holds what a busy-wait loop issues between polls: the CPU pause hint, and an
+// OS-level yield. Neither ever blocks: callers decide how long to spin and when to park.
 package spin
