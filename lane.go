@@ -28,10 +28,10 @@ const (
 type call struct {
 	def         actors.Def
 	id, gen     uint32
-	lane, abort *atomic.Int32 // the record's lane and abort-bit fields, set by the lane that takes it
+	lane, abort *atomic.Int32  // the record's lane and abort-bit fields, set by the lane that takes it
 	seq         *atomic.Uint64 // the record's sequence number, set when it is published
-	payload     []byte        // the encoded input (process lanes)
-	cancellable bool          // the caller's context can end: a process lane gives it an abort bit
+	payload     []byte         // the encoded input (process lanes)
+	cancellable bool           // the caller's context can end: a process lane gives it an abort bit
 }
 
 // lane is the host side of one lane: the producer of its request ring (under mu, shared by
@@ -49,7 +49,7 @@ type lane struct {
 	req     *fastpath.Producer
 	backlog []call // FIFO ring of calls beyond the 32 slots
 	head, n int
-	seq     uint64 // the sequence number of the last call published (the lane runs them in order)
+	seq     uint64        // the sequence number of the last call published (the lane runs them in order)
 	space   chan struct{} // closed when the backlog frees room (BlockWhenFull)
 	queued  atomic.Int32  // len(backlog), readable without mu
 

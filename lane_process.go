@@ -125,7 +125,7 @@ func (l *lane) bootRecord(layout fastpath.Layout) ([]byte, error) {
 	boot := lifecycle.Boot{
 		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
-		Beat: int64(cfg.Liveness / beatsPerLiveness),
+		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
 	}
 	if cfg.Process.SharedMemory == Named {

@@ -314,10 +314,10 @@ type Record[In, Out any] struct {
 	// deaths counts the lanes that died while the call was running on them.
 	deaths uint8
 	// Hard is when the call overruns its task's HardTimeout (zero: none).
-	Hard time.Time
-	owner  atomic.Uint64 // the pool that issued the call
-	ctx    context.Context
-	In     In
+	Hard  time.Time
+	owner atomic.Uint64 // the pool that issued the call
+	ctx   context.Context
+	In    In
 	// Written by the lane (in-process) or the result decoder, read by the settle winner.
 	LaneOut Out
 	LaneErr error
