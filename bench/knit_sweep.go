@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -94,6 +95,7 @@ func knitSweepScenarios() []scenario {
 // start-up is not counted, then measures the CPU time of the host and of
 // every lane and spare process over idleWindow.
 func measureKnitIdle(cfg knit.Config, res *result) (err error) {
+	runtime.GC()                         // the garbage of earlier rows is not the idle pool's work
 	p, err := knit.NewPool(cfg, knitInc) // no watchdog: its ticker would add host CPU
 	if err != nil {
 		return err

@@ -174,6 +174,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		NumCPU:     runtime.NumCPU(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
 		Benchtime:  opts.benchtime.String(),
+		IdleWindow: opts.idle.String(),
 		Short:      opts.short,
 		Reference:  refName,
 		Started:    start.UTC().Format(time.RFC3339),
@@ -239,6 +240,7 @@ type runMeta struct {
 	NumCPU     int    `json:"num_cpu"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	Benchtime  string `json:"benchtime"`
+	IdleWindow string `json:"idle_window,omitempty"` // -idle
 	Short      bool   `json:"short"`
 	Reference  string `json:"reference"`
 	Started    string `json:"started"`

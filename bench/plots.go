@@ -175,12 +175,17 @@ func (s plotSpec) draw(m runMeta) (p *plot.Plot, ok bool, err error) {
 	p.Add(plotter.NewGrid())
 
 	lo, hi := float64(s.xs[0]), float64(s.xs[len(s.xs)-1])
+	yMin, yMax, entries := math.Inf(1), math.Inf(-1), 0
+	seeY := func(y float64) {
+		yMin, yMax, entries = math.Min(yMin, y), math.Max(yMax, y), entries+1
+	}
 	for i, l := range s.lines {
 		var pts plotter.XYs
 		for j, r := range l.rows {
 			if r != nil {
 				if y := s.y(r); y > 0 && !math.IsInf(y, 0) {
 					pts = append(pts, plotter.XY{X: float64(s.xs[j]), Y: y})
+					yMin, yMax = math.Min(yMin, y), math.Max(yMax, y)
 				}
 			}
 		}
@@ -197,6 +202,7 @@ func (s plotSpec) draw(m runMeta) (p *plot.Plot, ok bool, err error) {
 		points.Shape = plotutil.Shape(i)
 		p.Add(line, points)
 		p.Legend.Add(l.label, line, points)
+		entries++
 		ok = true
 	}
 	if !ok {
@@ -207,9 +213,10 @@ func (s plotSpec) draw(m runMeta) (p *plot.Plot, ok bool, err error) {
 			continue
 		}
 		y := s.y(ref.row)
-		if y <= 0 {
+		if y <= 0 || math.IsInf(y, 0) {
 			continue
 		}
+		seeY(y)
 		line, err := plotter.NewLine(plotter.XYs{{X: lo, Y: y}, {X: hi, Y: y}})
 		if err != nil {
 			return nil, false, err
@@ -219,6 +226,15 @@ func (s plotSpec) draw(m runMeta) (p *plot.Plot, ok bool, err error) {
 		p.Add(line)
 		p.Legend.Add(ref.label, line)
 	}
+	// The legend sits inside the plot, top left: widen the log range
+	// upwards so the data stays below it.
+	span := math.Log10(yMax / yMin)
+	if span < 0.3 {
+		span = 0.3
+	}
+	legend := math.Min(0.6, 0.05+0.075*float64(entries)) // share of the height the legend takes
+	p.Y.Min = yMin / math.Pow(10, 0.05*span)
+	p.Y.Max = yMax * math.Pow(10, span*legend/(1-legend))
 	return p, true, nil
 }
 
