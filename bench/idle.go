@@ -13,8 +13,9 @@ import (
 )
 
 // idleWindow is how long the idle rows watch a pool doing nothing: 1s
-// (issue 9's definition) unless -idle or -short say otherwise; the smoke
-// test shortens it.
+// (issue 9's definition) unless -idle says otherwise; the smoke test
+// shortens it. -short keeps 1s: whatever a pool does after its last call
+// (a spin, a timer) is a fixed cost, which a shorter window inflates.
 var idleWindow = time.Second
 
 // clockTicksPerSec is USER_HZ, the unit of utime and stime in

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
+	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
@@ -95,7 +95,10 @@ func knitSweepScenarios() []scenario {
 // start-up is not counted, then measures the CPU time of the host and of
 // every lane and spare process over idleWindow.
 func measureKnitIdle(cfg knit.Config, res *result) (err error) {
-	runtime.GC()                         // the garbage of earlier rows is not the idle pool's work
+	// Earlier rows leave garbage and a heap to give back to the OS: collect
+	// and scavenge it now, or the runtime's background GC and scavenger
+	// could do it during the window and bill it to the idle pool.
+	debug.FreeOSMemory()
 	p, err := knit.NewPool(cfg, knitInc) // no watchdog: its ticker would add host CPU
 	if err != nil {
 		return err

@@ -61,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	asJSON := fs.Bool("json", false, "print JSON instead of a markdown table")
 	ref := fs.String("ref", defaultRef, "reference row for the ratio column: exact name, else first row matching this `regexp`")
 	benchtime := fs.Duration("benchtime", 0, "target measuring time per row (default 1s, 100ms with -short)")
-	idle := fs.Duration("idle", 0, "how long the idle rows watch an idle pool (default 1s, 200ms with -short)")
+	idle := fs.Duration("idle", time.Second, "how long the idle rows watch an idle pool")
 	plots := fs.String("plots", "", "write the plots (latency and throughput vs lanes, throughput vs window) into this `directory`")
 	plotFrom := fs.String("plot-from", "", "do not run: read this `file` (written by -json) and print its tables (and, with -plots, draw its plots)")
 	plotFormat := fs.String("plot-format", "svg", "file type of the plots: svg, png or pdf")
@@ -107,13 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.benchtime < 0 {
 		return options{}, fmt.Errorf("-benchtime must be positive")
 	}
-	if o.idle == 0 {
-		o.idle = time.Second
-		if o.short {
-			o.idle = 200 * time.Millisecond
-		}
-	}
-	if o.idle < 0 {
+	if o.idle <= 0 {
 		return options{}, fmt.Errorf("-idle must be positive")
 	}
 	return o, nil
