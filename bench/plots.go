@@ -233,7 +233,8 @@ func (s plotSpec) draw(m runMeta) (p *plot.Plot, ok bool, err error) {
 		span = 0.3
 	}
 	legend := math.Min(0.6, 0.05+0.075*float64(entries)) // share of the height the legend takes
-	p.Y.Min = yMin / math.Pow(10, 0.05*span)
+	// The bottom is a power of ten, so the lowest tick is labelled.
+	p.Y.Min = math.Pow(10, math.Floor(math.Log10(yMin/math.Pow(10, 0.05*span))))
 	p.Y.Max = yMax * math.Pow(10, span*legend/(1-legend))
 	return p, true, nil
 }
