@@ -33,6 +33,10 @@ import (
 //   - knit goroutine lane: 1024 in flight — runInFlight goroutines each
 //     making one blocking Task.Call after another.
 //   - the same two with LaneSpin 50µs and CallerSpin 20µs ("spinning").
+//
+// The sweeps of issue 9 (default Config, both runtimes, windows, lane
+// counts, idle CPU) are in knit_sweep.go; they reuse the bodies here, plus
+// setupKnitWindow (one goroutine keeping a window of futures in flight).
 
 // knitInc is the task of every knit row.
 var knitInc = knit.Define("bench.inc", func(_ context.Context, in uint64) (uint64, error) {

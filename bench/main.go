@@ -2,9 +2,12 @@
 
 // Command bench is the peer-comparison harness for knit: it measures
 // baselines (direct calls, channels, goroutine pools, actors, child
-// processes over unix sockets, shared memory and futexes, go-plugin) and,
-// once knit's API lands, knit's own lanes (see knit.go), all with
-// testing.Benchmark in one run, and prints a markdown table.
+// processes over unix sockets, shared memory and futexes, go-plugin) and
+// knit's own lanes (see knit.go and knit_sweep.go), all with
+// testing.Benchmark in one run, and prints a markdown table followed by
+// issue 9's targets, each judged from two rows of that run (targets.go).
+// With -plots it draws latency and throughput plots from the same rows
+// (plots.go), also from a saved -json report (-plot-from).
 //
 //	cd bench && go run .          # full run
 //	cd bench && go run . -short   # quick run, slow rows skipped
