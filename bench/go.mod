@@ -9,6 +9,7 @@ require (
 	github.com/hashicorp/go-plugin v1.8.0
 	github.com/knitgo/knit v0.0.0-00010101000000-000000000000
 	github.com/panjf2000/ants/v2 v2.12.1
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 	gonum.org/v1/plot v0.17.0
 )

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"github.com/knitgo/knit"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // TestMain lets the test binary act as the child process too: the process
@@ -35,6 +38,8 @@ func TestScenariosOnce(t *testing.T) {
 	idleWindow = 50 * time.Millisecond
 	defer func() { idleWindow = oldIdle }()
 
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer checkNoChildren(t)
 	all := allScenarios()
 	checkNames(all)
 	var results []result
@@ -95,5 +100,29 @@ func TestTableAndReference(t *testing.T) {
 	}
 	if ref := applyReference(results, "^nope$"); ref != "" {
 		t.Fatalf("unexpected reference %q", ref)
+	}
+}
+
+// checkNoChildren fails t if this process still has a child process: every
+// row must reap what it started (the unix, shm and plugin children, knit's
+// lane and spare processes). It reads /proc/self/task/*/children, which a
+// kernel without CONFIG_PROC_CHILDREN lacks; the check is skipped there.
+func checkNoChildren(t *testing.T) {
+	t.Helper()
+	files, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil || len(files) == 0 {
+		t.Log("no /proc/self/task/*/children: child process check skipped")
+		return
+	}
+	var pids []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread exited
+		}
+		pids = append(pids, strings.Fields(string(data))...)
+	}
+	if len(pids) > 0 {
+		t.Errorf("child processes left after the rows: %v", pids)
 	}
 }
