@@ -19,6 +19,14 @@ const inFlightTarget = 1024
 // rows stay comparable across machines.
 const poolWorkers = 2
 
+// windowSweep is the set of window sizes of the sliding-window rows (the
+// "throughput vs in-flight window" plot). The last one, inFlightTarget, is
+// the window of the main throughput rows.
+var windowSweep = []int{1, 8, 64, 256, inFlightTarget}
+
+// laneSweep is the set of lane counts of knit's lanes sweep.
+var laneSweep = []int{1, 2, 4, 8}
+
 // scenario is one row of the table.
 type scenario struct {
 	// name is the row label. Keep it unique and stable: -filter and -ref
@@ -29,16 +37,67 @@ type scenario struct {
 	inFlight int
 	// slow rows are skipped with -short.
 	slow bool
+	// meta classifies the row for the targets table and the plots (see
+	// rowMeta); rows without it are looked up by no one.
+	meta rowMeta
 	// setup prepares everything the row needs (pools, actors, child
 	// processes) outside the timed region. It returns the body handed to
 	// testing.Benchmark (which may call it several times with growing b.N)
 	// and a cleanup that must release everything, reap children included.
 	setup func() (body func(b *testing.B), cleanup func() error, err error)
+	// measure, if set, replaces setup and testing.Benchmark for a row that
+	// is not a timed loop (the idle rows): it fills in res or fails.
+	measure func(res *result) error
 }
+
+// rowMeta says what a row measures, so the targets table and the plots find
+// their rows by kind rather than by label. The zero value means "not
+// classified".
+type rowMeta struct {
+	// Impl is what is measured: one of the impl* constants.
+	Impl string `json:"impl,omitempty"`
+	// Shape is how it is driven: one of the shape* constants.
+	Shape string `json:"shape,omitempty"`
+	// Lanes is the number of lanes (knit) or workers (channel pool).
+	Lanes int `json:"lanes,omitempty"`
+	// Window is the number of calls in flight for the window, goroutines
+	// and pipelined shapes.
+	Window int `json:"window,omitempty"`
+}
+
+// Implementations named in rowMeta.Impl.
+const (
+	implKnitGoroutine  = "knit-goroutine"  // knit, default Config, goroutine lanes
+	implKnitProcess    = "knit-process"    // knit, default Config, process lanes
+	implChanUnbuffered = "chan-unbuffered" // one worker behind two unbuffered channels
+	implChanPool       = "chan-pool"       // poolWorkers goroutines reading a buffered job channel
+	implUnixSocket     = "unix-socket"     // the echoing child over a socketpair
+	implShmSpin        = "shm-spin"        // the spinning shared-memory child
+)
+
+// Shapes named in rowMeta.Shape.
+const (
+	// shapeRoundTrip: one call in flight, made by one goroutine (for knit,
+	// sequential Task.Call).
+	shapeRoundTrip = "round-trip"
+	// shapeWindow: one goroutine keeps a window of Window calls in flight:
+	// it starts Window, then repeatedly waits for the oldest and starts one
+	// more (for knit, Task.Go and Future.Wait).
+	shapeWindow = "window"
+	// shapeGoroutines: Window goroutines each make one blocking call after
+	// another (runInFlight).
+	shapeGoroutines = "goroutines"
+	// shapePipelined: a writer goroutine keeps Window messages outstanding,
+	// a reader goroutine drains the replies (unix socket only).
+	shapePipelined = "pipelined"
+	// shapeIdle: CPU time of a started pool doing nothing (measure rows).
+	shapeIdle = "idle"
+)
 
 // result is one measured row.
 type result struct {
-	Name        string  `json:"name"`
+	Name string `json:"name"`
+	rowMeta
 	InFlight    int     `json:"in_flight"`
 	N           int     `json:"n"`
 	NsPerOp     float64 `json:"ns_per_op"`
@@ -49,6 +108,8 @@ type result struct {
 	Reference   bool    `json:"reference,omitempty"`
 	Skipped     string  `json:"skipped,omitempty"`
 	Err         string  `json:"error,omitempty"`
+	// Idle is set for the idle rows (shapeIdle), which have no ns/op.
+	Idle *idleResult `json:"idle,omitempty"`
 }
 
 // failure keeps the first error reported by a benchmark body. testing.B
@@ -95,7 +156,13 @@ func runInFlight(b *testing.B, body func(pb *testing.PB)) {
 // runScenario sets s up, measures it with testing.Benchmark and tears it
 // down again.
 func runScenario(s scenario) (res result) {
-	res = result{Name: s.name, InFlight: s.inFlight}
+	res = result{Name: s.name, InFlight: s.inFlight, rowMeta: s.meta}
+	if s.measure != nil {
+		if err := s.measure(&res); err != nil {
+			res.Err = err.Error()
+		}
+		return res
+	}
 	body, cleanup, err := s.setup()
 	if err != nil {
 		res.Err = "setup: " + err.Error()
@@ -141,6 +208,7 @@ func allScenarios() []scenario {
 	all = append(all, actorScenarios()...)
 	all = append(all, processScenarios()...)
 	all = append(all, knitScenarios()...)
+	all = append(all, knitSweepScenarios()...)
 	return all
 }
 

@@ -33,6 +33,10 @@ import (
 //   - knit goroutine lane: 1024 in flight — runInFlight goroutines each
 //     making one blocking Task.Call after another.
 //   - the same two with LaneSpin 50µs and CallerSpin 20µs ("spinning").
+//
+// The sweeps of issue 9 (default Config, both runtimes, windows, lane
+// counts, idle CPU) are in knit_sweep.go; they reuse the bodies here, plus
+// setupKnitWindow (one goroutine keeping a window of futures in flight).
 
 // knitInc is the task of every knit row.
 var knitInc = knit.Define("bench.inc", func(_ context.Context, in uint64) (uint64, error) {
@@ -202,6 +206,50 @@ func setupKnitInFlight(cfg knit.Config) (func(*testing.B), func() error, error) 
 				}
 			}
 		})
+	}
+	return body, kp.cleanup, nil
+}
+
+// setupKnitWindow: one goroutine keeps a window of w futures in flight: it
+// starts w calls with Task.Go, then repeatedly waits for the oldest and
+// starts one more.
+func setupKnitWindow(cfg knit.Config, w int) (func(*testing.B), func() error, error) {
+	kp, err := newKnitPool(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := context.Background()
+	ring := make([]*knit.Future[uint64], w)
+	var seq uint64 // the input of the last call started
+	body := func(b *testing.B) {
+		n := b.N
+		first := seq + 1 // the input of call i is first+i
+		for i := 0; i < min(w, n); i++ {
+			seq++
+			ring[i] = knitInc.Go(ctx, kp.Pool, seq)
+		}
+		for i := 0; i < n; i++ {
+			slot := i % w
+			got, err := ring[slot].Wait()
+			ring[slot] = nil
+			if err == nil && got != first+uint64(i)+1 {
+				err = fmt.Errorf("got %d, want %d", got, first+uint64(i)+1)
+			}
+			if err != nil {
+				fail(b, kp.failure(err))
+				// Settle the rest of the window (the watchdog closes a
+				// stalled pool, which settles them) before returning.
+				for j := i + 1; j < min(i+w, n); j++ {
+					_, _ = ring[j%w].Wait()
+					ring[j%w] = nil
+				}
+				return
+			}
+			if i+w < n {
+				seq++
+				ring[slot] = knitInc.Go(ctx, kp.Pool, seq)
+			}
+		}
 	}
 	return body, kp.cleanup, nil
 }

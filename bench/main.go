@@ -2,9 +2,12 @@
 
 // Command bench is the peer-comparison harness for knit: it measures
 // baselines (direct calls, channels, goroutine pools, actors, child
-// processes over unix sockets, shared memory and futexes, go-plugin) and,
-// once knit's API lands, knit's own lanes (see knit.go), all with
-// testing.Benchmark in one run, and prints a markdown table.
+// processes over unix sockets, shared memory and futexes, go-plugin) and
+// knit's own lanes (see knit.go and knit_sweep.go), all with
+// testing.Benchmark in one run, and prints a markdown table followed by
+// issue 9's targets, each judged from two rows of that run (targets.go).
+// With -plots it draws latency and throughput plots from the same rows
+// (plots.go), also from a saved -json report (-plot-from).
 //
 //	cd bench && go run .          # full run
 //	cd bench && go run . -short   # quick run, slow rows skipped
@@ -42,11 +45,15 @@ func main() {
 }
 
 type options struct {
-	filter    *regexp.Regexp
-	short     bool
-	json      bool
-	ref       string
-	benchtime time.Duration
+	filter     *regexp.Regexp
+	short      bool
+	json       bool
+	ref        string
+	benchtime  time.Duration
+	idle       time.Duration
+	plots      string // directory for the plots, "" for none
+	plotFrom   string // a -json report to render instead of running
+	plotFormat string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -57,6 +64,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	asJSON := fs.Bool("json", false, "print JSON instead of a markdown table")
 	ref := fs.String("ref", defaultRef, "reference row for the ratio column: exact name, else first row matching this `regexp`")
 	benchtime := fs.Duration("benchtime", 0, "target measuring time per row (default 1s, 100ms with -short)")
+	idle := fs.Duration("idle", time.Second, "how long the idle rows watch an idle pool")
+	plots := fs.String("plots", "", "write the plots (latency and throughput vs lanes, throughput vs window) into this `directory`")
+	plotFrom := fs.String("plot-from", "", "do not run: read this `file` (written by -json) and print its tables (and, with -plots, draw its plots)")
+	plotFormat := fs.String("plot-format", "svg", "file type of the plots: svg, png or pdf")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run . [flags]\n\nScenarios:\n")
 		for _, s := range allScenarios() {
@@ -75,7 +86,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	o := options{short: *short, json: *asJSON, ref: *ref, benchtime: *benchtime}
+	o := options{short: *short, json: *asJSON, ref: *ref, benchtime: *benchtime, idle: *idle,
+		plots: *plots, plotFrom: *plotFrom, plotFormat: *plotFormat}
+	if !plotFormats[o.plotFormat] {
+		return options{}, fmt.Errorf("-plot-format %q: want svg, png or pdf", o.plotFormat)
+	}
+	if o.plotFrom != "" && *filter != "" {
+		return options{}, fmt.Errorf("-filter does not apply to -plot-from")
+	}
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
@@ -92,6 +110,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.benchtime < 0 {
 		return options{}, fmt.Errorf("-benchtime must be positive")
 	}
+	if o.idle <= 0 {
+		return options{}, fmt.Errorf("-idle must be positive")
+	}
 	return o, nil
 }
 
@@ -104,6 +125,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
 	}
+	if opts.plotFrom != "" {
+		return render(opts, stdout, stderr)
+	}
+	idleWindow = opts.idle
 	// testing.Benchmark reads its target duration from the testing
 	// package's -test.benchtime flag; register it and set it.
 	testing.Init()
@@ -128,7 +153,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			results = append(results, result{Name: s.name, InFlight: s.inFlight, Skipped: "-short"})
 			continue
 		}
-		fmt.Fprintf(stderr, "running %-50s ", s.name)
+		fmt.Fprintf(stderr, "running %-55s ", s.name)
 		t0 := time.Now()
 		r := runScenario(s)
 		if r.Err != "" {
@@ -146,28 +171,60 @@ func run(args []string, stdout, stderr io.Writer) int {
 		NumCPU:     runtime.NumCPU(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
 		Benchtime:  opts.benchtime.String(),
+		IdleWindow: opts.idle.String(),
 		Short:      opts.short,
 		Reference:  refName,
 		Started:    start.UTC().Format(time.RFC3339),
 		Elapsed:    time.Since(start).Round(time.Millisecond).String(),
 		LoadAvg:    [2]float64{loadStart, loadAvg()},
 	}
+	code := output(report{Meta: meta, Results: results, Targets: computeTargets(results)}, opts, stdout, stderr)
+	for _, r := range results {
+		if r.Err != "" {
+			code = 1
+		}
+	}
+	return code
+}
+
+// render is -plot-from: the tables and plots of a saved run. The targets
+// are computed again from its rows, so a report from an older harness gets
+// the current targets.
+func render(opts options, stdout, stderr io.Writer) int {
+	rep, err := readReport(opts.plotFrom)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	rep.Targets = computeTargets(rep.Results)
+	return output(rep, opts, stdout, stderr)
+}
+
+// output prints rep as JSON or as the two tables, and draws the plots if
+// -plots asks for them.
+func output(rep report, opts options, stdout, stderr io.Writer) int {
 	if opts.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(struct {
-			Meta    runMeta  `json:"meta"`
-			Results []result `json:"results"`
-		}{meta, results}); err != nil {
+		if err := enc.Encode(rep); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return 1
 		}
 	} else {
-		writeTable(stdout, meta, results)
+		writeTable(stdout, rep.Meta, rep.Results)
+		writeTargets(stdout, rep.Targets)
 	}
-	for _, r := range results {
-		if r.Err != "" {
+	if opts.plots != "" {
+		files, err := writePlots(rep, opts.plots, opts.plotFormat)
+		for _, f := range files {
+			fmt.Fprintln(stderr, "wrote", f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "bench: plots:", err)
 			return 1
+		}
+		if len(files) == 0 {
+			fmt.Fprintln(stderr, "bench: no plot written: none of their rows was measured")
 		}
 	}
 	return 0
@@ -180,6 +237,7 @@ type runMeta struct {
 	NumCPU     int    `json:"num_cpu"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	Benchtime  string `json:"benchtime"`
+	IdleWindow string `json:"idle_window,omitempty"` // -idle
 	Short      bool   `json:"short"`
 	Reference  string `json:"reference"`
 	Started    string `json:"started"`
@@ -238,6 +296,9 @@ func writeTable(w io.Writer, m runMeta, results []result) {
 			fmt.Fprintf(w, "| %s | skipped (%s) | | | |\n", r.Name, r.Skipped)
 		case r.Err != "":
 			fmt.Fprintf(w, "| %s | error: %s | | | |\n", r.Name, strings.ReplaceAll(r.Err, "|", `\|`))
+		case r.Idle != nil:
+			fmt.Fprintf(w, "| %s | idle: %.2f%% of a core over %s (host %.2f%%, lanes and spares %.2f%%) | | | |\n",
+				r.Name, r.Idle.CPUPercent, fmtWindow(r.Idle.WindowNs), r.Idle.HostPercent, r.Idle.LanesPercent)
 		default:
 			ratio := "—"
 			if r.Ratio > 0 {

@@ -28,14 +28,27 @@ const childExitTimeout = 5 * time.Second
 // re-executed) answering over a unix socket, over shared memory with
 // spinning, over shared memory with futexes, and through hashicorp/go-plugin.
 func processScenarios() []scenario {
-	return []scenario{
-		{name: "unix socket child: round trip", inFlight: 1, setup: setupUnixRoundTrip},
-		{name: fmt.Sprintf("unix socket child: pipelined, %d in flight", inFlightTarget), inFlight: inFlightTarget, setup: setupUnixPipelined},
-		{name: "shm spin child: round trip", inFlight: 1, setup: func() (func(*testing.B), func() error, error) { return setupShm(false) }},
+	rows := []scenario{
+		{name: "unix socket child: round trip", inFlight: 1, setup: setupUnixRoundTrip,
+			meta: rowMeta{Impl: implUnixSocket, Shape: shapeRoundTrip, Lanes: 1}},
+		{name: fmt.Sprintf("unix socket child: pipelined, %d in flight", inFlightTarget), inFlight: inFlightTarget, setup: setupUnixPipelined,
+			meta: rowMeta{Impl: implUnixSocket, Shape: shapePipelined, Lanes: 1, Window: inFlightTarget}},
+	}
+	for _, w := range windowSweep {
+		rows = append(rows, scenario{
+			name:     fmt.Sprintf("unix socket child: window %d", w),
+			inFlight: w,
+			meta:     rowMeta{Impl: implUnixSocket, Shape: shapeWindow, Lanes: 1, Window: w},
+			setup:    func() (func(*testing.B), func() error, error) { return setupUnixWindow(w) },
+		})
+	}
+	return append(rows, []scenario{
+		{name: "shm spin child: round trip", inFlight: 1, setup: func() (func(*testing.B), func() error, error) { return setupShm(false) },
+			meta: rowMeta{Impl: implShmSpin, Shape: shapeRoundTrip, Lanes: 1}},
 		{name: "shm futex child: round trip", inFlight: 1, setup: func() (func(*testing.B), func() error, error) { return setupShm(true) }},
 		{name: "go-plugin net/rpc: round trip", inFlight: 1, setup: setupPluginRoundTrip},
 		{name: fmt.Sprintf("go-plugin net/rpc: %d in flight", inFlightTarget), inFlight: inFlightTarget, slow: true, setup: setupPluginThroughput},
-	}
+	}...)
 }
 
 // --- unix socket ---------------------------------------------------------
@@ -160,6 +173,63 @@ func setupUnixPipelined() (func(*testing.B), func() error, error) {
 		}
 		if err := <-readErr; err != nil {
 			fail(b, err)
+		}
+	}
+	return body, cleanup, nil
+}
+
+// setupUnixWindow: the sliding-window shape over the socket, from one
+// goroutine, like the knit and channel-pool window rows: write w messages,
+// then repeatedly read the oldest echo and write one more. Writes go
+// through a buffered writer that is flushed only when the goroutine is about
+// to block on a read (no whole echo buffered), so a window of 1 is a plain
+// round trip and a large window batches like the pipelined row — but with
+// one goroutine instead of a writer and a reader.
+func setupUnixWindow(w int) (func(*testing.B), func() error, error) {
+	conn, cleanup, err := startUnixChild()
+	if err != nil {
+		return nil, nil, err
+	}
+	bw := bufio.NewWriterSize(conn, 64<<10) // > inFlightTarget*unixMsgSize: Write never flushes by itself
+	br := bufio.NewReaderSize(conn, 64<<10)
+	var seq uint64
+	body := func(b *testing.B) {
+		n := b.N
+		first := seq + 1
+		var out, in [unixMsgSize]byte
+		send := func() error {
+			seq++
+			binary.LittleEndian.PutUint64(out[:], seq)
+			_, err := bw.Write(out[:])
+			return err
+		}
+		for i := 0; i < min(w, n); i++ {
+			if err := send(); err != nil {
+				fail(b, fmt.Errorf("unix write: %w", err))
+				return
+			}
+		}
+		for i := 0; i < n; i++ {
+			if br.Buffered() < unixMsgSize {
+				if err := bw.Flush(); err != nil {
+					fail(b, fmt.Errorf("unix write: %w", err))
+					return
+				}
+			}
+			if _, err := io.ReadFull(br, in[:]); err != nil {
+				fail(b, fmt.Errorf("unix read: %w", err))
+				return
+			}
+			if got, want := binary.LittleEndian.Uint64(in[:]), first+uint64(i); got != want {
+				fail(b, fmt.Errorf("unix echo: got %d, want %d", got, want))
+				return
+			}
+			if i+w < n {
+				if err := send(); err != nil {
+					fail(b, fmt.Errorf("unix write: %w", err))
+					return
+				}
+			}
 		}
 	}
 	return body, cleanup, nil

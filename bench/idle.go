@@ -1,0 +1,216 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// idleWindow is how long the idle rows watch a pool doing nothing: 1s
+// (issue 9's definition) unless -idle says otherwise; the smoke test
+// shortens it. -short keeps 1s: whatever a pool does after its last call
+// (a spin, a timer) is a fixed cost, which a shorter window inflates.
+var idleWindow = time.Second
+
+// clockTicksPerSec is USER_HZ, the unit of utime and stime in
+// /proc/<pid>/stat. Linux fixes it at 100 on every architecture Go supports
+// (it is not the kernel's HZ), and reading sysconf(_SC_CLK_TCK) would need
+// cgo.
+const clockTicksPerSec = 100
+
+// idleResult is what an idle row measured: the CPU time the host process
+// and every lane and spare process of the pool used while the pool was idle.
+type idleResult struct {
+	// WindowNs is the wall time between the two samples.
+	WindowNs int64 `json:"window_ns"`
+	// CPUPercent is the CPU time of all the processes, as a percentage of
+	// one core over the window, from the precise source (Source).
+	CPUPercent float64 `json:"cpu_percent_of_core"`
+	// HostPercent and LanesPercent split CPUPercent between the host and
+	// the lane and spare processes.
+	HostPercent  float64 `json:"host_percent_of_core"`
+	LanesPercent float64 `json:"lanes_percent_of_core"`
+	// TicksPercent is the same total from utime+stime in /proc/<pid>/stat,
+	// in clock ticks of 10ms: over 1s one tick is 1% of a core, so this
+	// figure is coarse; it is kept as a cross-check.
+	TicksPercent float64 `json:"ticks_percent_of_core"`
+	// Source is "schedstat" when CPUPercent sums the nanosecond run time of
+	// every thread (/proc/<pid>/task/*/schedstat), "stat" when that file is
+	// missing (a kernel without CONFIG_SCHED_INFO) and the ticks are all
+	// there is.
+	Source string `json:"source"`
+	// HostPID, LanePIDs and SparePIDs are the processes measured (no lane
+	// PIDs for goroutine lanes).
+	HostPID   int   `json:"host_pid"`
+	LanePIDs  []int `json:"lane_pids,omitempty"`
+	SparePIDs []int `json:"spare_pids,omitempty"`
+}
+
+// cpuSample is one process's CPU time at one moment.
+type cpuSample struct {
+	ticks   uint64 // utime+stime from /proc/<pid>/stat
+	ns      uint64 // sum of the threads' schedstat run time
+	precise bool   // ns is valid
+}
+
+// sampleCPU reads pid's CPU time.
+func sampleCPU(pid int) (cpuSample, error) {
+	var s cpuSample
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	if s.ticks, err = parseStatTicks(string(data)); err != nil {
+		return s, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	s.ns, err = schedstatNs(pid)
+	switch {
+	case err == nil:
+		s.precise = true
+	case errors.Is(err, os.ErrNotExist):
+		// No schedstat on this kernel: the ticks are all there is.
+	default:
+		return s, err
+	}
+	return s, nil
+}
+
+// parseStatTicks returns utime+stime (fields 14 and 15) of a
+// /proc/<pid>/stat line. The command name (field 2) is in parentheses and
+// may contain spaces and parentheses, so fields are counted from the last
+// ')'.
+func parseStatTicks(line string) (uint64, error) {
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, errors.New("no ')' in stat line")
+	}
+	f := strings.Fields(line[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat line has %d fields after the name", len(f))
+	}
+	utime, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
+	}
+	stime, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
+	}
+	return utime + stime, nil
+}
+
+// schedstatNs sums the on-CPU time (first field of schedstat, in ns) of
+// every thread of pid. /proc/<pid>/schedstat alone is the main thread's.
+func schedstatNs(pid int) (uint64, error) {
+	paths, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil {
+		return 0, err
+	}
+	if len(paths) == 0 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			return 0, fmt.Errorf("process %d: %w", pid, errProcessGone)
+		}
+		return 0, fmt.Errorf("schedstat: %w", os.ErrNotExist)
+	}
+	var total uint64
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread exited between Glob and ReadFile
+		}
+		if err != nil {
+			return 0, err
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: empty", p)
+		}
+		v, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p, err)
+		}
+		total += v
+	}
+	return total, nil
+}
+
+var errProcessGone = errors.New("process is gone")
+
+// idleProcs names the processes of an idle measurement.
+type idleProcs struct {
+	host   int
+	lanes  []int
+	spares []int
+}
+
+func (p idleProcs) all() []int {
+	return append(append([]int{p.host}, p.lanes...), p.spares...)
+}
+
+// measureIdle samples the CPU time of procs, sleeps for window and samples
+// again. sameProcs is called after the second sample and must report an
+// error if the set of processes changed meanwhile (a lane restarted, a spare
+// was taken): their CPU time would then be partly lost.
+func measureIdle(procs idleProcs, window time.Duration, sameProcs func() error) (*idleResult, error) {
+	pids := procs.all()
+	before := make([]cpuSample, len(pids))
+	for i, pid := range pids {
+		s, err := sampleCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		before[i] = s
+	}
+	t0 := time.Now()
+	time.Sleep(window)
+	after := make([]cpuSample, len(pids))
+	for i, pid := range pids {
+		s, err := sampleCPU(pid)
+		if err != nil {
+			return nil, fmt.Errorf("after the idle window: %w", err)
+		}
+		after[i] = s
+	}
+	wall := time.Since(t0)
+	if err := sameProcs(); err != nil {
+		return nil, err
+	}
+	res := &idleResult{WindowNs: wall.Nanoseconds(), HostPID: procs.host, LanePIDs: procs.lanes, SparePIDs: procs.spares, Source: "schedstat"}
+	pct := func(ns float64) float64 { return 100 * ns / float64(wall.Nanoseconds()) }
+	var ticks uint64
+	for i := range pids {
+		ticks += after[i].ticks - before[i].ticks // process-wide: never decreases
+		if !before[i].precise || !after[i].precise {
+			res.Source = "stat"
+		}
+	}
+	res.TicksPercent = pct(float64(ticks) * 1e9 / clockTicksPerSec)
+	if res.Source == "stat" {
+		res.CPUPercent = res.TicksPercent
+		host := after[0].ticks - before[0].ticks
+		res.HostPercent = pct(float64(host) * 1e9 / clockTicksPerSec)
+		res.LanesPercent = res.CPUPercent - res.HostPercent
+		return res, nil
+	}
+	for i := range pids {
+		// A thread that exited during the window takes its run time with
+		// it (the process-wide ticks keep it): never let that go negative.
+		d := 0.0
+		if after[i].ns > before[i].ns {
+			d = float64(after[i].ns - before[i].ns)
+		}
+		if i == 0 {
+			res.HostPercent = pct(d)
+		} else {
+			res.LanesPercent += pct(d)
+		}
+	}
+	res.CPUPercent = res.HostPercent + res.LanesPercent
+	return res, nil
+}

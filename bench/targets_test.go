@@ -1,0 +1,174 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// syntheticResults gives every classified row of the harness the same
+// figures: 1µs per call, no allocations, an idle pool at 0.5% of a core.
+func syntheticResults() []result {
+	var rs []result
+	for _, s := range allScenarios() {
+		r := result{Name: s.name, rowMeta: s.meta, InFlight: s.inFlight, N: 1000, NsPerOp: 1000, CallsPerSec: 1e6}
+		if s.meta.Shape == shapeIdle {
+			r = result{Name: s.name, rowMeta: s.meta, Idle: &idleResult{WindowNs: 1e9, CPUPercent: 0.5, HostPercent: 0.25, LanesPercent: 0.25, Source: "schedstat"}}
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func targetStatus(t *testing.T, ts []targetResult) map[string]targetResult {
+	t.Helper()
+	m := map[string]targetResult{}
+	for _, tg := range ts {
+		if _, dup := m[tg.Target]; dup {
+			t.Fatalf("duplicate target %q", tg.Target)
+		}
+		m[tg.Target] = tg
+	}
+	return m
+}
+
+func TestTargets(t *testing.T) {
+	results := syntheticResults()
+	ts := computeTargets(results)
+	if len(ts) != 14 {
+		t.Fatalf("%d targets, want 14", len(ts))
+	}
+	for _, tg := range ts {
+		want := "PASS"
+		if strings.HasPrefix(tg.Target, "process lane sequential Call ÷ unix-socket") {
+			want = "FAIL" // ratio 1 > 0.1
+		}
+		if tg.Status != want {
+			t.Errorf("%q: status %s, want %s (%+v)", tg.Target, tg.Status, want, tg)
+		}
+	}
+
+	// A collapse at 8 process lanes, a slow 4-lane goroutine Call, an idle
+	// pool at 2%, an allocating Call and a missing row.
+	for i := range results {
+		r := &results[i]
+		switch {
+		case r.Impl == implKnitProcess && r.Shape == shapeWindow && r.Lanes == 8:
+			r.CallsPerSec, r.NsPerOp = 0.5e6, 2000
+		case r.Impl == implKnitGoroutine && r.Shape == shapeRoundTrip && r.Lanes == 4:
+			r.NsPerOp, r.CallsPerSec = 1600, 1e9/1600
+		case r.Impl == implKnitProcess && r.Shape == shapeIdle:
+			r.Idle.CPUPercent = 2
+		case r.Impl == implKnitProcess && r.Shape == shapeGoroutines:
+			r.AllocsPerOp = 3
+		case r.Impl == implShmSpin:
+			r.Err = "boom"
+		}
+	}
+	m := targetStatus(t, computeTargets(results))
+	check := func(prefix, status, noteHas string) {
+		t.Helper()
+		for name, tg := range m {
+			if strings.HasPrefix(name, prefix) {
+				if tg.Status != status || !strings.Contains(tg.Note, noteHas) {
+					t.Errorf("%q: %s %q, want %s with %q", name, tg.Status, tg.Note, status, noteHas)
+				}
+				return
+			}
+		}
+		t.Errorf("no target %q", prefix)
+	}
+	check("process lanes sweep", "FAIL", "worst: 8 lanes, best: 1 lanes")
+	check("goroutine lanes sweep", "PASS", "")
+	check("goroutine lanes sequential Call: 4 lanes", "FAIL", "")
+	check("process lanes sequential Call: 4 lanes", "PASS", "")
+	check("idle pool", "FAIL", "host 0.25%")
+	check("knit allocs per Call, largest over the 1024 goroutines", "FAIL", "knit process, 2 lanes: 1024 goroutines calling")
+	check("knit allocs per Call, largest over the sequential", "PASS", "")
+	check("process lane sequential Call ÷ shm spin", "n/a", "shm spin child: round trip")
+
+	var buf bytes.Buffer
+	writeTargets(&buf, computeTargets(results))
+	for _, want := range []string{"| target | figure | against | ratio | goal | result |", "| 2.00% | — | — | < 1% of a core | FAIL |", "≥ 0.67×", "| n/a |"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("targets table lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// TestPlotFrom writes a -json report, renders it with -plot-from and
+// checks the tables and the three plots, in both vector and raster form.
+func TestPlotFrom(t *testing.T) {
+	dir := t.TempDir()
+	rep := report{Meta: runMeta{GoVersion: "go1.x", NumCPU: 2, Benchtime: "1s"}, Results: syntheticResults()}
+	// Spread the sweeps so the log axes have a range.
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		if r.Window > 0 {
+			r.CallsPerSec = 1e4 * float64(r.Window)
+		}
+		if r.Shape == shapeRoundTrip {
+			r.NsPerOp = 500 * float64(max(r.Lanes, 1))
+		}
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "run.json")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{"svg", "png"} {
+		plots := filepath.Join(dir, format)
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"-plot-from", file, "-plots", plots, "-plot-format", format}, &stdout, &stderr); code != 0 {
+			t.Fatalf("-plot-from exited %d: %s", code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "| scenario | ns/op |") || !strings.Contains(stdout.String(), "Targets (issue 9)") {
+			t.Fatalf("-plot-from output lacks the tables:\n%s", stdout.String())
+		}
+		for _, name := range []string{"latency-vs-lanes", "throughput-vs-lanes", "throughput-vs-window"} {
+			fi, err := os.Stat(filepath.Join(plots, name+"."+format))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Size() < 1000 {
+				t.Errorf("%s.%s is only %d bytes", name, format, fi.Size())
+			}
+		}
+	}
+
+	// -json from -plot-from carries the targets, recomputed.
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-plot-from", file, "-json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-plot-from -json exited %d: %s", code, stderr.String())
+	}
+	var back report
+	if err := json.Unmarshal(stdout.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Targets) == 0 || len(back.Results) != len(rep.Results) || back.Results[0].Impl != rep.Results[0].Impl {
+		t.Fatalf("round trip lost data: %d targets, %d results", len(back.Targets), len(back.Results))
+	}
+}
+
+func TestParseStatTicks(t *testing.T) {
+	// The command name may hold spaces and parentheses.
+	line := "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 17 5 0 0 20 0 3 0 100 1000 10 18446744073709551615"
+	got, err := parseStatTicks(line)
+	if err != nil || got != 22 {
+		t.Fatalf("parseStatTicks = %d, %v; want 22", got, err)
+	}
+	if _, err := parseStatTicks("1 (x) S 1 2"); err == nil {
+		t.Fatal("short line: no error")
+	}
+	if _, err := sampleCPU(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
