@@ -204,7 +204,6 @@ func (l *lane) accept(c *call) {
 		c.abort.Store(l.proc.allocAbort(c.def.Index(), c.id))
 	}
 	l.inflight.Add(1)
-	l.p.inflight.Add(1)
 }
 
 var errLaneGone = errors.New("lane not ready")
@@ -516,9 +515,7 @@ func (l *lane) close(e *Error, release bool) {
 		held += d.FailLane(end)
 	}
 	l.inflight.Add(int32(-held))
-	for range held {
-		l.p.callDone()
-	}
+	l.p.callDone()
 	l.debug("lane ended", zap.String("code", string(e.Code)), zap.String("reason", e.Message), zap.Int("calls_settled", held))
 	close(l.ended)
 }

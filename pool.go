@@ -48,7 +48,7 @@ type Pool struct {
 	spinCold atomic.Bool  // the last spin ran out of budget: callers park at once
 	reaped   bool         // process lanes: results wait on return rings for a drainer
 	closing  atomic.Bool
-	inflight atomic.Int64
+	requeued atomic.Int64 // calls that lost their lane and look for another
 	drained  chan struct{} // closed when closing and nothing is in flight
 	drainMu  sync.Once
 
@@ -380,12 +380,13 @@ func (p *Pool) requeue(r actors.Retry) bool {
 	if p.closing.Load() {
 		return false
 	}
-	p.inflight.Add(1) // the call is the pool's while it looks for a lane
+	p.requeued.Add(1) // the call is the pool's while it looks for a lane
 	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, cancellable: r.Ctx.Done() != nil}
 	go func() {
 		if _, err := p.dispatch(r.Ctx, c); err != nil {
 			r.Fail(err)
 		}
+		p.requeued.Add(-1)
 		p.callDone()
 	}()
 	return true
@@ -403,11 +404,26 @@ func ctxError(ctx context.Context, d actors.Def) error {
 	return &Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
 }
 
-// callDone accounts for a settled call; while closing, the last one opens Close's drain wait.
+// callDone follows a settled call: while closing, the last one opens Close's drain wait.
+// (Calls are counted per lane, where the balancer needs them anyway: a pool-wide count
+// would be one more cache line that every call of every lane bounces.)
 func (p *Pool) callDone() {
-	if p.inflight.Add(-1) == 0 && p.closing.Load() {
+	if p.closing.Load() && p.idle() {
 		p.drainMu.Do(func() { close(p.drained) })
 	}
+}
+
+// idle reports whether no call is in flight: on a lane, in a backlog or looking for a lane.
+func (p *Pool) idle() bool {
+	if p.requeued.Load() != 0 {
+		return false
+	}
+	for i := range p.lanes {
+		if l := p.lanes[i].Load(); l != nil && l.inflight.Load() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Pool) wakeReapers() {
@@ -429,7 +445,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		p.closing.Store(true)
 		p.signal()
 		p.wakeReapers()
-		if p.inflight.Load() == 0 {
+		if p.idle() {
 			p.drainMu.Do(func() { close(p.drained) })
 		}
 		select {

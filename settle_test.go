@@ -1,0 +1,240 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit"
+)
+
+// Precise settlement (docs/lifecycle.md, "When a lane dies"): a lane's death costs only the
+// call it was running. The tasks below count their runs in a file that the test and every
+// lane process map, so the test can tell how often each call really ran.
+
+// chaosCall is one call of the chaos test: ID indexes the run counters; a call whose Die is
+// set SIGKILLs its own lane the first time it runs (a marker file makes it once only).
+type chaosCall struct {
+	ID  int
+	Die bool
+}
+
+const envRuns = "KNIT_TEST_RUNS" // the counters file; the marker files go beside it
+
+var (
+	chaosOnce  = knit.Define("test.settle.once", chaosRun)
+	chaosIdem  = knit.Define("test.settle.idem", chaosRun, knit.Idempotent())
+	alwaysDies = knit.Define("test.settle.poison", func(context.Context, int) (int, error) {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}, knit.Idempotent())
+)
+
+var runCounters struct {
+	once sync.Once
+	runs []atomic.Uint32
+	err  error
+}
+
+// mapRuns maps the counters file named by KNIT_TEST_RUNS (in the test and in each lane).
+func mapRuns(path string) ([]atomic.Uint32, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*atomic.Uint32)(unsafe.Pointer(&mem[0])), len(mem)/4), nil
+}
+
+func chaosRun(_ context.Context, c chaosCall) (int, error) {
+	runCounters.once.Do(func() { runCounters.runs, runCounters.err = mapRuns(os.Getenv(envRuns)) })
+	if runCounters.err != nil {
+		return 0, runCounters.err
+	}
+	if c.ID < 0 || c.ID >= len(runCounters.runs) {
+		return 0, fmt.Errorf("call id %d out of range", c.ID)
+	}
+	runCounters.runs[c.ID].Add(1)
+	if c.Die {
+		marker := filepath.Join(filepath.Dir(os.Getenv(envRuns)), fmt.Sprintf("died-%d", c.ID))
+		if f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
+			f.Close()
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	return c.ID * 2, nil
+}
+
+// With the default Config, a burst of calls that kill their lanes costs only the calls
+// that were running: calls that had not started run elsewhere, Idempotent ones run again,
+// no call runs twice unless it is Idempotent and its lane died under it, and the pool
+// serves on every lane afterwards.
+func TestChaosDefaultConfig(t *testing.T) {
+	calls := 128_000
+	if testing.Short() {
+		calls = 16_000
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runs")
+	if err := os.WriteFile(path, make([]byte, 4*calls), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := mapRuns(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deaths atomic.Int64
+	p, err := knit.NewPool(knit.Config{Lanes: 4, Runtime: knit.Process, Logger: zap.NewNop(),
+		Process: knit.ProcessConfig{Env: []string{envRuns + "=" + path}},
+		OnEvent: func(e knit.Event) {
+			if e.Lane >= 0 && (e.To == knit.StateCrashed || e.To == knit.StateExited) {
+				deaths.Add(1)
+			}
+		}}, chaosOnce, chaosIdem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+
+	var failedOnce, idemFailed atomic.Int64
+	var wrong atomic.Value
+	var wg sync.WaitGroup
+	const goroutines = 32
+	per := calls / goroutines
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range per {
+				id := g*per + i
+				c := chaosCall{ID: id, Die: id%2000 == 1999}
+				idem := id%2 == 0
+				task := chaosOnce
+				if idem {
+					task = chaosIdem
+				}
+				got, err := task.Call(context.Background(), p, c)
+				var ke *knit.Error
+				switch {
+				case err == nil && got != 2*id:
+					wrong.Store(fmt.Sprintf("call %d returned %d", id, got))
+				case err != nil && idem:
+					idemFailed.Add(1)
+					wrong.Store(fmt.Sprintf("idempotent call %d failed: %v", id, err))
+				case err != nil && !errors.As(err, &ke):
+					wrong.Store(fmt.Sprintf("call %d: uncoded error %v", id, err))
+				case err != nil && !ke.Started:
+					wrong.Store(fmt.Sprintf("call %d failed although it had not started: %v", id, err))
+				case err != nil:
+					failedOnce.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if w := wrong.Load(); w != nil {
+		t.Fatal(w)
+	}
+	n := deaths.Load()
+	t.Logf("%d calls, %d lane deaths, %d non-idempotent calls failed", calls, n, failedOnce.Load())
+	if n == 0 {
+		t.Fatal("no lane died")
+	}
+	if f := failedOnce.Load(); f > n {
+		t.Errorf("%d non-idempotent calls failed for %d lane deaths: more than the calls that were running", f, n)
+	}
+	for id := 1; id < calls; id += 2 { // the non-idempotent calls
+		if r := runs[id].Load(); r > 1 {
+			t.Errorf("non-idempotent call %d ran %d times", id, r)
+		}
+	}
+	// The pool serves on every lane afterwards.
+	rec := make(chan struct{})
+	go func() {
+		defer close(rec)
+		for !allReady(p) {
+			if _, err := chaosOnce.Call(context.Background(), p, chaosCall{ID: 0}); err != nil {
+				t.Errorf("call after the chaos: %v", err)
+				return
+			}
+		}
+	}()
+	<-rec
+	var after sync.WaitGroup
+	for range 256 {
+		after.Go(func() {
+			if _, err := chaosOnce.Call(context.Background(), p, chaosCall{ID: 0}); err != nil {
+				t.Errorf("call after the chaos: %v", err)
+			}
+		})
+	}
+	after.Wait()
+	for i, l := range p.Stats().Lanes {
+		if l.State != knit.StateReady {
+			t.Errorf("lane %d is %v after the chaos", i, l.State)
+		}
+	}
+}
+
+// A call that kills every lane it runs on fails as poison after at most two lane deaths,
+// and the other lanes never stop serving.
+func TestPoisonCall(t *testing.T) {
+	var deaths atomic.Int64
+	p := newProcessPool(t, knit.Config{Lanes: 3, Logger: quiet(), OnEvent: func(e knit.Event) {
+		if e.Lane >= 0 && e.To == knit.StateCrashed {
+			deaths.Add(1)
+		}
+	}}, alwaysDies, add)
+	stop := make(chan struct{})
+	var served atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Only the poison call ever runs when a lane dies: the calls behind it had
+				// not started and run elsewhere.
+				if _, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil {
+					t.Errorf("a call of a healthy task failed: %v", err)
+				}
+				served.Add(1)
+			}
+		})
+	}
+	_, err := alwaysDies.Call(context.Background(), p, 0)
+	close(stop)
+	wg.Wait()
+	if !errors.Is(err, knit.ErrPoisonCall) {
+		t.Fatalf("poison call: %v, want %s", err, knit.CodePoisonCall)
+	}
+	if n := deaths.Load(); n > 2 {
+		t.Errorf("the poison call killed %d lanes, want at most 2", n)
+	}
+	if served.Load() == 0 {
+		t.Error("the other lanes served nothing")
+	}
+	var ke *knit.Error
+	if errors.As(err, &ke) && !ke.Started {
+		t.Errorf("poison error says the call had not started: %v", err)
+	}
+}
