@@ -75,8 +75,15 @@ type Config struct {
 	PanicCrashesLane bool
 	// Restart is the supervision policy: which lane ends bring a lane back, which lanes
 	// restart together, how often and how soon. The zero value restarts a crashed lane on
-	// its own (Transient, OneForOne), at most 5 times in 10s, after 1ms, 2ms, 4ms … 2s.
+	// its own (Transient, OneForOne) after 1ms, 2ms, 4ms … 2s; a lane that restarts more
+	// than 5 times in 10s is in crash-loop backoff (restarts doubling up to 1min, logged at
+	// Error) until one incarnation serves for 10s. OnIntensity: GiveUp gives such a lane up
+	// instead, as OTP does.
 	Restart Restart
+	// FailFast makes a call fail at once with ErrPoolUnavailable when no lane is ready and
+	// every lane is in crash-loop backoff (or dead); by default it waits, within its
+	// context, for a lane to come back. Calls still wait for lanes on an ordinary restart.
+	FailFast bool
 	// StopAckTimeout is how long a lane has to acknowledge its stop request before it is
 	// killed (process) or abandoned (goroutine) (default 50ms).
 	StopAckTimeout time.Duration
@@ -103,7 +110,8 @@ type Config struct {
 	// application actors can watch Pool.PID. Default: a system of the pool's own.
 	ActorSystem *actor.ActorSystem
 	// Parent, if set, is sent a *PoolFailed message when the supervisor has given up every
-	// lane.
+	// lane (a lane is given up when its RestartType does not restart it, or past its
+	// intensity under OnIntensity: GiveUp).
 	Parent *actor.PID
 	// OnEvent is called with every lifecycle transition, in order, from the supervisor's
 	// goroutines. It must not block and must not call Close.
@@ -116,9 +124,18 @@ type Config struct {
 // Restart is a pool's supervision policy (see the supervisor package).
 type Restart = supervisor.Policy
 
-// Backoff spaces restarts: exponential from Min to Max with Jitter, reset after a quiet
-// period.
+// Backoff spaces restarts: exponential from Min to Max (CrashLoopMax for a lane in crash-loop
+// backoff) with Jitter, reset after a quiet period.
 type Backoff = supervisor.Backoff
+
+// IntensityAction says what becomes of a lane that exceeds its restart intensity.
+type IntensityAction = supervisor.IntensityAction
+
+// Intensity actions (Restart.OnIntensity).
+const (
+	CrashLoop = supervisor.CrashLoop // keep restarting, ever more slowly, up to Backoff.CrashLoopMax (default)
+	GiveUp    = supervisor.GiveUp    // give the lane up (dead); with none left the pool fails, as in OTP
+)
 
 // RestartType says which ends of a lane bring it back.
 type RestartType = supervisor.RestartType
@@ -148,17 +165,18 @@ type State = supervisor.State
 
 // States.
 const (
-	StateBooting       = supervisor.Booting
-	StateReady         = supervisor.Ready
-	StateStopping      = supervisor.Stopping
-	StateClosed        = supervisor.Closed
-	StateCrashed       = supervisor.Crashed
-	StateExited        = supervisor.Exited
-	StateStartupFailed = supervisor.StartupFailed
-	StateRestarting    = supervisor.Restarting
-	StateDead          = supervisor.Dead
-	StateFailed        = supervisor.Failed // the pool: no lane is left
-	StateNew           = supervisor.New    // before a lane's first boot
+	StateBooting          = supervisor.Booting
+	StateReady            = supervisor.Ready
+	StateStopping         = supervisor.Stopping
+	StateClosed           = supervisor.Closed
+	StateCrashed          = supervisor.Crashed
+	StateExited           = supervisor.Exited
+	StateStartupFailed    = supervisor.StartupFailed
+	StateRestarting       = supervisor.Restarting
+	StateCrashLoopBackoff = supervisor.CrashLoopBackoff // restarting after Event.Delay, past the restart intensity
+	StateDead             = supervisor.Dead
+	StateFailed           = supervisor.Failed // the pool: no lane is left
+	StateNew              = supervisor.New    // before a lane's first boot
 )
 
 // PoolFailed is the message Config.Parent receives when the pool has failed.

@@ -191,7 +191,7 @@ func (h host) Event(e Event) {
 		if e.Reason != "" {
 			fields = append(fields, zap.String("reason", e.Reason))
 		}
-		if e.To == StateRestarting {
+		if e.To == StateRestarting || e.To == StateCrashLoopBackoff {
 			fields = append(fields, zap.Duration("backoff", e.Delay))
 		}
 		ce.Write(fields...)
@@ -224,7 +224,7 @@ func eventLevel(e Event) zapcore.Level {
 	switch e.To {
 	case StateCrashed, StateExited, StateStartupFailed:
 		return zapcore.WarnLevel
-	case StateDead, StateFailed:
+	case StateDead, StateFailed, StateCrashLoopBackoff:
 		return zapcore.ErrorLevel
 	case StateRestarting:
 		return zapcore.InfoLevel

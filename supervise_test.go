@@ -19,6 +19,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/knitgo/knit"
 )
@@ -378,8 +380,9 @@ func TestLaneIgnoringStopIsKilledAndClosed(t *testing.T) {
 	}
 }
 
-// A lane that crashes in a loop is given up after MaxRestarts in Period, with a backoff that
-// doubles up to its cap; with no lane left the pool fails, tells its parent and refuses calls.
+// Under the explicit OTP policy (OnIntensity: GiveUp), a lane that crashes in a loop is given
+// up after MaxRestarts in Period, with a backoff that doubles up to its cap; with no lane left
+// the pool fails, tells its parent and refuses calls.
 func TestRestartIntensity(t *testing.T) {
 	bootFail := filepath.Join(t.TempDir(), "bootfail")
 	if err := os.WriteFile(bootFail, nil, 0o600); err != nil {
@@ -401,7 +404,7 @@ func TestRestartIntensity(t *testing.T) {
 	rec := newRecorder()
 	p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record,
 		ActorSystem: sys, Parent: parent, Process: knit.ProcessConfig{Spares: -1}, // failures injected at init
-		Restart: knit.Restart{MaxRestarts: 5, Period: time.Hour,
+		Restart: knit.Restart{MaxRestarts: 5, Period: time.Hour, OnIntensity: knit.GiveUp,
 			Backoff: knit.Backoff{Min: time.Millisecond, Max: 4 * time.Millisecond, Jitter: -1}}}, supTasks...)
 	if err != nil {
 		t.Fatal(err)
@@ -441,6 +444,64 @@ func TestRestartIntensity(t *testing.T) {
 	}
 	if s := p.Stats(); !s.Failed || s.Lanes[0].State != knit.StateDead {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// Under the default policy the same crash loop never costs the pool: past MaxRestarts the
+// lanes are in crash-loop backoff (logged at Error, shown in Stats), their delays doubling to
+// CrashLoopMax, and once restarts boot again they serve.
+func TestCrashLoopKeepsPool(t *testing.T) {
+	bootFail := filepath.Join(t.TempDir(), "bootfail")
+	if err := os.WriteFile(bootFail, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KNIT_TEST_BOOTFAIL", bootFail)
+	t.Setenv("KNIT_TEST_BOOTFAIL_ANY", "1")
+	core, logs := observer.New(zapcore.ErrorLevel)
+	rec := newRecorder()
+	p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Logger: zap.New(core), OnEvent: rec.record,
+		Process: knit.ProcessConfig{Spares: -1}, // failures injected at init
+		Restart: knit.Restart{MaxRestarts: 2, Period: time.Hour,
+			Backoff: knit.Backoff{Min: time.Millisecond, Max: 2 * time.Millisecond, CrashLoopMax: 8 * time.Millisecond, Jitter: -1}}}, supTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for _, l := range p.Stats().Lanes {
+		if err := syscall.Kill(l.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for lane := range 2 {
+		rec.await(t, "crash-loop backoff at its cap", func(e knit.Event) bool {
+			return e.Lane == lane && e.To == knit.StateCrashLoopBackoff && e.Delay == 8*time.Millisecond
+		})
+	}
+	if err := os.Remove(bootFail); err != nil {
+		t.Fatal(err)
+	}
+	for lane := range 2 {
+		var delays []time.Duration
+		for _, e := range rec.events(lane) {
+			if e.To == knit.StateRestarting || e.To == knit.StateCrashLoopBackoff {
+				delays = append(delays, e.Delay)
+			}
+		}
+		if want := "[1ms 2ms 4ms 8ms]"; fmt.Sprint(delays[:4]) != want {
+			t.Errorf("lane %d backoff schedule %v, want %s then 8ms", lane, delays, want)
+		}
+		rec.await(t, "lane back", func(e knit.Event) bool { return e.Lane == lane && e.To == knit.StateReady && e.Incarnation > 0 })
+	}
+	for i := range 4 {
+		if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 2}); err != nil || sum != int64(i)+2 {
+			t.Errorf("call after the crash loop: %d, %v", sum, err)
+		}
+	}
+	if has(rec.events(-1), knit.StateFailed) || has(rec.events(0), knit.StateDead) || has(rec.events(1), knit.StateDead) || p.Stats().Failed {
+		t.Errorf("a crash loop cost the pool: %+v", p.Stats())
+	}
+	if n := logs.FilterMessage("lane crash_loop_backoff").Len(); n < 4 {
+		t.Errorf("%d crash-loop backoffs logged at Error, want one per crash-looping restart", n)
 	}
 }
 

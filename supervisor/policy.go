@@ -47,38 +47,72 @@ func (s Strategy) String() string {
 	return "one-for-one"
 }
 
+// IntensityAction says what becomes of a lane that exceeds its restart intensity.
+type IntensityAction int
+
+// Intensity actions.
+const (
+	// CrashLoop (default) keeps restarting the lane, ever more slowly: it is in crash-loop
+	// backoff, its restarts spaced exponentially up to Backoff.CrashLoopMax, until an
+	// incarnation serves for Backoff.Reset, the way Kubernetes treats a crash-looping
+	// container. A pool then never fails because lanes crash too often.
+	CrashLoop IntensityAction = iota
+	// GiveUp gives the lane up (dead), as OTP does; once no lane is left the pool has failed
+	// and Config.Parent is told.
+	GiveUp
+)
+
+func (a IntensityAction) String() string {
+	if a == GiveUp {
+		return "give-up"
+	}
+	return "crash-loop"
+}
+
 // Backoff spaces restarts: the n-th restart in a row waits min(Max, Min·2ⁿ⁻¹), plus up to
-// Jitter of that at random. A lane that has served for Reset counts as fresh again.
+// Jitter of that at random; a lane in crash-loop backoff waits min(CrashLoopMax, Min·2ⁿ⁻¹)
+// instead. A lane whose incarnation served for Reset before it failed counts as fresh again:
+// the count starts over and it leaves crash-loop backoff.
 type Backoff struct {
-	Min    time.Duration // first delay (default 1ms; negative: no delay)
+	Min    time.Duration // first delay (default 1ms; negative: no delay, in crash-loop backoff too)
 	Max    time.Duration // cap before jitter (default 2s)
 	Jitter float64       // fraction added at random, in [0,1] (default 0.1; negative: none)
 	Reset  time.Duration // quiet period after which the count starts over (default Period)
+	// CrashLoopMax is the cap, before jitter, of a crash-looping lane's delay (default 1min,
+	// at least Max). A minute keeps a lane that dies at once from costing more than a start
+	// a minute, yet brings it back within a minute of the cause going away.
+	CrashLoopMax time.Duration
 }
 
-// Policy is a pool's supervision policy. The zero value restarts crashed lanes one at a time,
-// at most 5 times in 10 s per lane, after 1 ms, 2 ms, 4 ms … up to 2 s.
+// Policy is a pool's supervision policy. The zero value restarts crashed lanes one at a time
+// after 1 ms, 2 ms, 4 ms … up to 2 s; a lane that restarts more than 5 times in 10 s is in
+// crash-loop backoff, its restarts doubling up to 1 min, until one incarnation serves for 10 s.
 type Policy struct {
 	Type     RestartType
 	Strategy Strategy
-	// MaxRestarts is how many restarts a lane may have within Period before the supervisor
-	// gives it up (default 5; negative: no limit).
+	// MaxRestarts is how many restarts a lane may have within Period before OnIntensity
+	// applies (default 5; negative: no limit).
 	MaxRestarts int
 	// Period is the intensity window (default 10s).
-	Period  time.Duration
-	Backoff Backoff
+	Period time.Duration
+	// OnIntensity is what happens to a lane that exceeds its intensity: CrashLoop (default)
+	// or GiveUp.
+	OnIntensity IntensityAction
+	Backoff     Backoff
 }
 
 // Defaults.
 const (
-	DefaultMaxRestarts = 5
-	DefaultPeriod      = 10 * time.Second
-	DefaultBackoffMin  = time.Millisecond
-	DefaultBackoffMax  = 2 * time.Second
-	DefaultJitter      = 0.1
+	DefaultMaxRestarts  = 5
+	DefaultPeriod       = 10 * time.Second
+	DefaultBackoffMin   = time.Millisecond
+	DefaultBackoffMax   = 2 * time.Second
+	DefaultJitter       = 0.1
+	DefaultCrashLoopMax = time.Minute
 )
 
-// WithDefaults fills in the documented defaults.
+// WithDefaults fills in the documented defaults. Apply it once: a negative Min or Jitter
+// becomes zero, which a second application would read as unset.
 func (p Policy) WithDefaults() Policy {
 	if p.MaxRestarts == 0 {
 		p.MaxRestarts = DefaultMaxRestarts
@@ -97,6 +131,10 @@ func (p Policy) WithDefaults() Policy {
 		b.Max = DefaultBackoffMax
 	}
 	b.Max = max(b.Max, b.Min)
+	if b.CrashLoopMax <= 0 {
+		b.CrashLoopMax = DefaultCrashLoopMax
+	}
+	b.CrashLoopMax = max(b.CrashLoopMax, b.Max)
 	switch {
 	case b.Jitter == 0:
 		b.Jitter = DefaultJitter
@@ -112,12 +150,22 @@ func (p Policy) WithDefaults() Policy {
 }
 
 // Delay is the wait before the n-th restart in a row (n ≥ 1); r is a random number in [0,1).
-func (b Backoff) Delay(n int, r float64) time.Duration {
+func (b Backoff) Delay(n int, r float64) time.Duration { return b.delay(n, r, b.Max) }
+
+// CrashLoopDelay is the wait before the n-th restart in a row of a lane in crash-loop backoff.
+func (b Backoff) CrashLoopDelay(n int, r float64) time.Duration {
+	return b.delay(n, r, b.CrashLoopMax)
+}
+
+func (b Backoff) delay(n int, r float64, limit time.Duration) time.Duration {
 	d := b.Min
-	for i := 1; i < n && d < b.Max; i++ {
+	if d <= 0 {
+		return 0
+	}
+	for i := 1; i < n && d < limit; i++ {
 		d *= 2
 	}
-	d = min(d, b.Max)
+	d = min(d, limit)
 	return d + time.Duration(float64(d)*b.Jitter*r)
 }
 
@@ -156,9 +204,10 @@ func stateOf(c lifecycle.Code) State {
 type State int
 
 // States. A lane goes booting → ready → stopping → closed, or ends crashed, exited or
-// startup_failed; the supervisor then has it restarting (and booting again as a new
-// incarnation) or dead. The pool itself reports failed (Lane -1) when no lane is left. A
-// lane's first event is from New.
+// startup_failed; the supervisor then has it restarting or, past its restart intensity under
+// the CrashLoop policy, crash_loop_backoff (and booting again as a new incarnation after the
+// delay), or dead. The pool itself reports failed (Lane -1) when no lane is left. A lane's
+// first event is from New.
 const (
 	Booting State = iota
 	Ready
@@ -171,9 +220,10 @@ const (
 	Dead
 	Failed
 	New
+	CrashLoopBackoff
 )
 
-var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed", "new"}
+var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed", "new", "crash_loop_backoff"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
@@ -189,6 +239,6 @@ type Event struct {
 	From, To    State
 	Code        lifecycle.Code // the classified end, when the transition is one
 	Reason      string
-	Delay       time.Duration // with To == Restarting: the backoff before the restart
+	Delay       time.Duration // with To == Restarting or CrashLoopBackoff: the wait before the restart
 	Time        time.Time
 }

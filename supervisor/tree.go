@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,30 @@ type Config struct {
 	Name   string             // the pool actor's name (unique in System)
 	Rand   func() float64     // jitter source (default math/rand/v2.Float64)
 	Logger actor.ConfigOption // for an own system: typically actor.WithLoggerFactory
+	// Clock is the tree's only source of time: event times, ready times, the restart
+	// decision's now, and the backoff timers (default: the time package). Tests pass a fake
+	// one so that a crash-loop backoff of a minute takes no time.
+	Clock Clock
 }
+
+// Clock is a source of time, as package time provides it.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+// realClock is package time.
+type realClock struct{}
+
+func (realClock) Now() time.Time                            { return time.Now() }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // PoolFailed is sent to Config.Parent when no lane is left.
 type PoolFailed struct {
@@ -91,10 +115,9 @@ type laneInfo struct {
 	next decision
 
 	// pool actor only
-	mode     mode
-	group    *group      // the restart it waits for (stopping, waiting)
-	failures []time.Time // within Period
-	streak   int         // restarts in a row, for backoff
+	mode  mode
+	group *group  // the restart it waits for (stopping, waiting)
+	hist  History // the input of its next restart decision
 }
 
 // decision is a transition the pool actor decided and the lane actor records.
@@ -111,12 +134,12 @@ func (ln *laneInfo) decide(d decision) {
 	ln.mu.Unlock()
 }
 
-// take returns the decision to record, if it is to, and clears it.
-func (ln *laneInfo) take(to State) (decision, bool) {
+// take returns the decision to record, if it is one of to, and clears it.
+func (ln *laneInfo) take(to ...State) (decision, bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	d := ln.next
-	if d.to != to {
+	if d.to == 0 || !slices.Contains(to, d.to) { // Booting, the zero State, is never decided
 		return decision{}, false
 	}
 	ln.next = decision{}
@@ -134,11 +157,20 @@ const (
 
 // group is the lanes that restart together after one failure.
 type group struct {
-	cause   int // the lane that failed
+	cause   int   // the lane that failed
+	to      State // Restarting, or CrashLoopBackoff: what its lanes wait in
 	lanes   []int
 	pending int // lanes still stopping
 	delay   time.Duration
-	timer   *time.Timer
+	timer   Timer
+}
+
+// siblingReason is why a lane of g other than its cause restarts.
+func (g *group) siblingReason() string {
+	if g.to == CrashLoopBackoff {
+		return fmt.Sprintf("crash-loop backoff with lane %d", g.cause)
+	}
+	return fmt.Sprintf("restarting with lane %d", g.cause)
 }
 
 const deadLetterInterval = 10 * time.Millisecond
@@ -149,6 +181,9 @@ func Start(cfg Config, h Host) (*Tree, error) {
 	cfg.Policy = cfg.Policy.WithDefaults()
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
 	t := &Tree{cfg: cfg, host: h, sys: cfg.System, booted: make(chan error, 1)}
 	if t.sys == nil {
@@ -193,6 +228,26 @@ func (t *Tree) LaneState(i int) (State, int, int) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	return ln.state, ln.incarnation, ln.restarts
+}
+
+// AllBackingOff reports whether no lane can serve soon: every lane is in crash-loop backoff
+// or dead, and at least one is backing off. A pool whose caller chose to fail fast refuses
+// calls then instead of letting them wait up to Backoff.CrashLoopMax.
+func (t *Tree) AllBackingOff() bool {
+	some := false
+	for _, ln := range t.lanes {
+		ln.mu.Lock()
+		s := ln.state
+		ln.mu.Unlock()
+		switch s {
+		case CrashLoopBackoff:
+			some = true
+		case Dead:
+		default:
+			return false
+		}
+	}
+	return some
 }
 
 // Close stops accepting restarts, stops every lane in reverse start order and then the
@@ -289,8 +344,8 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case *bootLane:
 		a.mayBoot(ctx)
 	case *actor.Restarting: // the pool actor decided to restart the lane
-		if d, ok := a.ln.take(Restarting); ok {
-			a.record(Restarting, "", d.reason, d.delay)
+		if d, ok := a.ln.take(Restarting, CrashLoopBackoff); ok {
+			a.record(d.to, "", d.reason, d.delay)
 		}
 	case *actor.Stopping: // given up (dead), or the tree is closing
 		if d, ok := a.ln.take(Dead); ok {
@@ -339,11 +394,11 @@ func (a *laneActor) record(to State, code lifecycle.Code, reason string, delay t
 	ln.mu.Lock()
 	from := ln.state
 	ln.state, ln.incarnation = to, a.inc
-	if to == Restarting {
+	if to == Restarting || to == CrashLoopBackoff {
 		ln.restarts++
 	}
 	ln.mu.Unlock()
-	t.host.Event(Event{Lane: ln.idx, Incarnation: a.inc, From: from, To: to, Code: code, Reason: reason, Delay: delay, Time: time.Now()})
+	t.host.Event(Event{Lane: ln.idx, Incarnation: a.inc, From: from, To: to, Code: code, Reason: reason, Delay: delay, Time: t.cfg.Clock.Now()})
 }
 
 // mayBoot boots a restarted lane actor's incarnation once the pool actor has let it. The
@@ -385,7 +440,7 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 	a.w, a.phase = m.w, phaseUp
 	m.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
 	a.record(Ready, "", "", 0)
-	a.up = time.Now()
+	a.up = a.t.cfg.Clock.Now()
 	if a.gen == 0 { // a first boot: Start waits for every lane's
 		ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
 	}
@@ -522,17 +577,17 @@ func (p *poolActor) laneStopped(sup actor.Supervisor, lane int, gen int64, acked
 			p.closeNext()
 		}
 	case ln.mode == stopping:
-		p.wait(sup, ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
+		p.wait(sup, ln, ln.group.siblingReason())
 	}
 }
 
 // wait puts a lane of a group whose incarnation is over in waiting: its lane actor is
-// restarted now (recording restarting) and its next instance boots when the group's backoff is
-// over. The last one to wait starts the backoff.
+// restarted now (recording restarting or crash_loop_backoff) and its next instance boots when
+// the group's backoff is over. The last one to wait starts the backoff.
 func (p *poolActor) wait(sup actor.Supervisor, ln *laneInfo, reason string) {
 	g := ln.group
 	ln.mode = waiting
-	ln.decide(decision{to: Restarting, reason: reason, delay: g.delay})
+	ln.decide(decision{to: g.to, reason: reason, delay: g.delay})
 	ln.gen.Add(1)
 	sup.RestartChildren(ln.pid)
 	if ln.idx != g.cause {
@@ -546,7 +601,7 @@ func (p *poolActor) wait(sup actor.Supervisor, ln *laneInfo, reason string) {
 		root.Send(self, &restartGo{g: g})
 		return
 	}
-	g.timer = time.AfterFunc(g.delay, func() { root.Send(self, &restartGo{g: g}) })
+	g.timer = p.t.cfg.Clock.AfterFunc(g.delay, func() { root.Send(self, &restartGo{g: g}) })
 }
 
 // restart boots the next incarnation of a group's lanes, in start order.
@@ -585,46 +640,30 @@ func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, ch
 		}
 		return
 	case ln.mode == stopping: // it ended on its own while its group stopped it
-		p.wait(sup, ln, fmt.Sprintf("restarting with lane %d", ln.group.cause))
+		p.wait(sup, ln, ln.group.siblingReason())
 		return
 	}
-	pol := p.t.cfg.Policy
-	if !ShouldRestart(pol.Type, f.End) {
-		p.giveUp(sup, ln, fmt.Sprintf("not restarted (%s lane)", pol.Type))
+	up := make([]bool, len(p.t.lanes))
+	for i, o := range p.t.lanes {
+		up[i] = o.mode == live
+	}
+	d, hist := Decide(p.t.cfg.Policy, ln.hist, *f, p.t.cfg.Clock.Now(), up, p.t.cfg.Rand())
+	ln.hist = hist
+	if d.To == Dead {
+		p.giveUp(sup, ln, d.Reason)
 		return
 	}
-	now := time.Now()
-	kept := ln.failures[:0]
-	for _, at := range ln.failures {
-		if now.Sub(at) < pol.Period {
-			kept = append(kept, at)
-		}
-	}
-	ln.failures = append(kept, now)
-	if pol.MaxRestarts >= 0 && len(ln.failures) > pol.MaxRestarts {
-		p.giveUp(sup, ln, fmt.Sprintf("restart intensity reached: %d restarts within %v", pol.MaxRestarts, pol.Period))
-		return
-	}
-	// The failure carries its ready time: the pool hears of a lane's readiness no other way.
-	if !f.Up.IsZero() && now.Sub(f.Up) >= pol.Backoff.Reset {
-		ln.streak = 0
-	}
-	ln.streak++
-	g := &group{cause: f.Lane, delay: pol.Backoff.Delay(ln.streak, p.t.cfg.Rand())}
-	for _, o := range p.t.lanes {
-		switch {
-		case o == ln:
-		case pol.Strategy == OneForOne, pol.Strategy == RestForOne && o.idx < ln.idx, o.mode != live:
-			continue
-		default:
+	// Carry the decision out: stop the siblings it takes along, then wait for the backoff.
+	g := &group{cause: f.Lane, to: d.To, lanes: d.Group, delay: d.Delay}
+	for _, i := range d.Group {
+		if o := p.t.lanes[i]; o != ln {
 			o.mode, o.group = stopping, g
 			g.pending++
 			p.t.sys.Root.Send(o.pid, &stopLane{gen: o.gen.Load()})
 		}
-		g.lanes = append(g.lanes, o.idx)
 	}
 	ln.group = g
-	p.wait(sup, ln, fmt.Sprintf("restart %d within %v", len(ln.failures), pol.Period))
+	p.wait(sup, ln, d.Reason)
 }
 
 // giveUp stops a lane's actor, which records it dead; once it has stopped, checkFailed
@@ -650,7 +689,7 @@ func (p *poolActor) checkFailed() {
 	err := &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "the supervisor gave up every lane: " + p.lastGiveUp}
 	p.t.host.Failed(err)
 	p.t.evMu.Lock()
-	p.t.host.Event(Event{Lane: -1, From: Ready, To: Failed, Code: err.Code, Reason: err.Message, Time: time.Now()})
+	p.t.host.Event(Event{Lane: -1, From: Ready, To: Failed, Code: err.Code, Reason: err.Message, Time: p.t.cfg.Clock.Now()})
 	p.t.evMu.Unlock()
 	if parent := p.t.cfg.Parent; parent != nil {
 		p.t.sys.Root.Send(parent, &PoolFailed{Pool: p.self, Err: err})

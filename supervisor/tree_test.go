@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,7 +237,9 @@ func TestRestartTypes(t *testing.T) {
 	tr.Close()
 }
 
-func TestIntensityAndBackoffSchedule(t *testing.T) {
+// The OTP behaviour, chosen explicitly: past its intensity a lane is given up, and with no
+// lane left the pool fails and its parent is told.
+func TestGiveUpIntensityAndBackoffSchedule(t *testing.T) {
 	h := newFakeHost()
 	sys := actor.NewActorSystem(quiet, actor.WithDeadLetterThrottleInterval(deadLetterInterval))
 	defer sys.Shutdown()
@@ -245,7 +249,7 @@ func TestIntensityAndBackoffSchedule(t *testing.T) {
 			told <- m
 		}
 	}))
-	pol := Policy{MaxRestarts: 5, Period: time.Hour,
+	pol := Policy{MaxRestarts: 5, Period: time.Hour, OnIntensity: GiveUp,
 		Backoff: Backoff{Min: time.Millisecond, Max: 4 * time.Millisecond, Jitter: -1, Reset: time.Hour}}
 	tr, err := Start(Config{Lanes: 1, Policy: pol, System: sys, Parent: parent, Name: "pool"}, h)
 	if err != nil {
@@ -398,9 +402,9 @@ func TestStartWaitsForEveryFirstBoot(t *testing.T) {
 	}
 }
 
-func TestRestartStartupFailureCountsTowardIntensity(t *testing.T) {
+func TestGiveUpRestartStartupFailureCountsTowardIntensity(t *testing.T) {
 	h := newFakeHost()
-	pol := Policy{MaxRestarts: 2, Period: time.Hour, Backoff: fast}
+	pol := Policy{MaxRestarts: 2, Period: time.Hour, OnIntensity: GiveUp, Backoff: fast}
 	tr := start(t, 2, pol, h)
 	h.mu.Lock()
 	h.startErr = func(lane, inc int) error {
@@ -418,5 +422,205 @@ func TestRestartStartupFailureCountsTowardIntensity(t *testing.T) {
 	if s, _, _ := tr.LaneState(1); s != Ready {
 		t.Errorf("lane 1 %v", s)
 	}
+	tr.Close()
+}
+
+// fakeClock is a clock the test moves: its timers fire when the test fires them, moving the
+// clock by their delay, so a minute of crash-loop backoff takes no time.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers chan *fakeTimer // each AfterFunc, as it is called
+}
+
+type fakeTimer struct {
+	d       time.Duration
+	f       func()
+	stopped atomic.Bool
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), timers: make(chan *fakeTimer, 64)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	tm := &fakeTimer{d: d, f: f}
+	c.timers <- tm
+	return tm
+}
+
+func (tm *fakeTimer) Stop() bool { return !tm.stopped.Swap(true) }
+
+// fire waits for the next timer the tree starts, checks its delay, moves the clock past it
+// and runs it.
+func (c *fakeClock) fire(t *testing.T, want time.Duration) {
+	t.Helper()
+	tm := <-c.timers
+	if tm.d != want {
+		t.Errorf("timer of %v, want %v (the event's delay)", tm.d, want)
+	}
+	c.advance(tm.d)
+	if !tm.stopped.Swap(true) {
+		tm.f()
+	}
+}
+
+// awaitDecision waits for the restart decision on lane's incarnation inc.
+func (h *fakeHost) awaitDecision(t *testing.T, lane, inc int) Event {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for {
+		for _, e := range h.all {
+			if e.Lane == lane && e.Incarnation == inc && (e.To == Restarting || e.To == CrashLoopBackoff || e.To == Dead) {
+				return e
+			}
+		}
+		h.cond.Wait()
+	}
+}
+
+func startClock(t *testing.T, lanes int, pol Policy, h *fakeHost, clk *fakeClock) *Tree {
+	t.Helper()
+	tr, err := Start(Config{Lanes: lanes, Policy: pol, Rand: func() float64 { return 0 }, Clock: clk, Logger: quiet}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// The default policy: a lane that fails forever, at once, is never given up. Past 5 restarts
+// within 10 s it is in crash-loop backoff, its delays doubling up to a minute; the other lane
+// serves on, the pool never fails, and once an incarnation has served for 10 s the lane
+// starts over.
+func TestCrashLoopByDefault(t *testing.T) {
+	h, clk := newFakeHost(), newFakeClock()
+	tr := startClock(t, 2, Policy{}, h, clk)
+	var got []string
+	inc := 0
+	for ; inc < 22; inc++ {
+		h.await(t, 0, inc, Ready)
+		h.worker(0).finish(crash())
+		e := h.awaitDecision(t, 0, inc)
+		got = append(got, fmt.Sprintf("%v %v", e.To, e.Delay))
+		if e.To == Dead {
+			t.Fatalf("lane given up: %s", e.Reason)
+		}
+		if e.To == CrashLoopBackoff && !strings.Contains(e.Reason, "crash loop") {
+			t.Errorf("crash-loop reason %q", e.Reason)
+		}
+		if s, _, _ := tr.LaneState(0); s != e.To {
+			t.Errorf("lane state %v while it waits, want %v", s, e.To)
+		}
+		if tr.AllBackingOff() {
+			t.Error("all backing off while lane 1 serves")
+		}
+		clk.fire(t, e.Delay)
+	}
+	var want []string
+	d := time.Millisecond
+	for n := 1; n <= inc; n++ {
+		to := Restarting
+		if n > DefaultMaxRestarts {
+			to = CrashLoopBackoff
+		}
+		want = append(want, fmt.Sprintf("%v %v", to, d))
+		d = min(2*d, DefaultCrashLoopMax)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("decisions\n%v\nwant\n%v", got, want)
+	}
+	// A quiet incarnation: the lane leaves crash-loop backoff.
+	h.await(t, 0, inc, Ready)
+	clk.advance(DefaultPeriod)
+	h.worker(0).finish(crash())
+	if e := h.awaitDecision(t, 0, inc); e.To != Restarting || e.Delay != time.Millisecond {
+		t.Errorf("after a quiet period: %v after %v, want restarting after 1ms", e.To, e.Delay)
+	}
+	clk.fire(t, time.Millisecond)
+	h.await(t, 0, inc+1, Ready)
+	h.checkChain(t, 0)
+	if s := h.transitions(1); len(s) != 2 {
+		t.Errorf("lane 1 went %v", s)
+	}
+	h.mu.Lock()
+	if h.failedErr != nil {
+		t.Errorf("pool failed: %v", h.failedErr)
+	}
+	h.mu.Unlock()
+	if _, _, restarts := tr.LaneState(0); restarts != inc+1 {
+		t.Errorf("%d restarts, want %d", restarts, inc+1)
+	}
+	tr.Close()
+}
+
+// With every lane in crash-loop backoff, AllBackingOff says so, until one boots again; under
+// AllForOne the lanes stopped with a crash-looping lane wait in crash-loop backoff too.
+func TestAllBackingOff(t *testing.T) {
+	h, clk := newFakeHost(), newFakeClock()
+	tr := startClock(t, 2, Policy{Strategy: AllForOne, MaxRestarts: 1}, h, clk)
+	for inc := range 2 {
+		h.await(t, 0, inc, Ready)
+		h.await(t, 1, inc, Ready)
+		h.worker(0).finish(crash())
+		e := h.awaitDecision(t, 0, inc)
+		sib := h.awaitDecision(t, 1, inc)
+		if sib.To != e.To || sib.Delay != e.Delay {
+			t.Errorf("lane 1 %v after %v, with lane 0 %v after %v", sib.To, sib.Delay, e.To, e.Delay)
+		}
+		if inc == 0 {
+			if e.To != Restarting || tr.AllBackingOff() {
+				t.Errorf("first restart %v, all backing off %v", e.To, tr.AllBackingOff())
+			}
+		} else {
+			if e.To != CrashLoopBackoff || sib.Reason != "crash-loop backoff with lane 0" {
+				t.Errorf("second restart %v, lane 1 %q", e.To, sib.Reason)
+			}
+			if !tr.AllBackingOff() {
+				t.Error("every lane in crash-loop backoff, AllBackingOff false")
+			}
+		}
+		clk.fire(t, e.Delay)
+	}
+	h.await(t, 1, 2, Ready)
+	if tr.AllBackingOff() {
+		t.Error("AllBackingOff with lanes ready")
+	}
+	tr.Close()
+}
+
+// A lane whose restarts fail to boot under the default policy is not given up either.
+func TestCrashLoopStartupFailures(t *testing.T) {
+	h, clk := newFakeHost(), newFakeClock()
+	tr := startClock(t, 1, Policy{MaxRestarts: 2}, h, clk)
+	h.mu.Lock()
+	h.startErr = func(lane, inc int) error {
+		if inc > 0 && inc < 6 {
+			return errors.New("no luck")
+		}
+		return nil
+	}
+	h.mu.Unlock()
+	h.worker(0).finish(crash())
+	for inc := range 6 {
+		e := h.awaitDecision(t, 0, inc)
+		if want := map[bool]State{true: Restarting, false: CrashLoopBackoff}[inc < 2]; e.To != want {
+			t.Errorf("incarnation %d: %v, want %v", inc, e.To, want)
+		}
+		clk.fire(t, e.Delay)
+	}
+	h.await(t, 0, 6, Ready)
 	tr.Close()
 }
