@@ -196,6 +196,9 @@ func (h host) Event(e Event) {
 		}
 		ce.Write(fields...)
 	}
+	if e.To == StateCrashLoopBackoff {
+		p.signal() // calls that fail fast stop waiting
+	}
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(e)
 	}
@@ -343,6 +346,10 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 			}
 			changed := p.changes()
 			if l = p.pick(); l == nil {
+				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
+					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(),
+						Message: "every lane is in crash-loop backoff (Config.FailFast)"}
+				}
 				select {
 				case <-changed:
 					continue
