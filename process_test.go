@@ -210,28 +210,78 @@ func TestProcessEnvironmentScrubbed(t *testing.T) {
 }
 
 // held starts calls that stay in the lane until it dies.
-func held(p *knit.Pool, n int) []*knit.Future[int] {
+func held(ctx context.Context, p *knit.Pool, n int) []*knit.Future[int] {
 	var futs []*knit.Future[int]
 	for range n {
-		futs = append(futs, sleepy.Go(context.Background(), p, 0))
+		futs = append(futs, sleepy.Go(ctx, p, 0))
 	}
 	return futs
 }
 
+// running is a call that tells the test it runs (one byte into the FIFO it names), then
+// waits for its context.
+var running = knit.Define("test.proc.running", func(ctx context.Context, fifo string) (int, error) {
+	if err := os.WriteFile(fifo, []byte{1}, 0o600); err != nil {
+		return 0, err
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
+})
+
+// runningCall starts a running call and returns once it runs on its lane.
+func runningCall(t *testing.T, ctx context.Context, p *knit.Pool) *knit.Future[int] {
+	t.Helper()
+	fifo := filepath.Join(t.TempDir(), "running")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := running.Go(ctx, p, fifo)
+	if _, err := os.ReadFile(fifo); err != nil { // returns once the task has written
+		t.Fatal(err)
+	}
+	return f
+}
+
+// expectRedispatched checks that calls queued behind a call that ended its lane did not
+// fail with the lane's code (they had not started: they ran again on the restarted lane),
+// then cancels them.
+func expectRedispatched(t *testing.T, cancel context.CancelFunc, futs []*knit.Future[int]) {
+	t.Helper()
+	for i, f := range futs {
+		select {
+		case <-f.Done():
+			_, err := f.Wait()
+			t.Errorf("call %d, which had not started, settled with %v; want it run again", i, err)
+		default:
+		}
+	}
+	cancel()
+	for i, f := range futs {
+		if _, err := f.Wait(); !errors.Is(err, context.Canceled) {
+			t.Errorf("call %d settled with %v after its cancellation", i, err)
+		}
+	}
+}
+
+// A SIGKILL costs only the call that was running: it fails with WORKER_CRASHED naming the
+// signal (Started), the calls behind it run again on the restarted lane.
 func TestProcessKilledMidCall(t *testing.T) {
-	p := newProcessPool(t, knit.Config{Lanes: 1})
-	futs := held(p, 40)
+	p := newProcessPool(t, knit.Config{Lanes: 1}, running, sleepy, add)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := runningCall(t, ctx, p)
+	futs := held(ctx, p, 40)
 	pid := p.Stats().Lanes[0].PID
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for i, f := range futs {
-		_, err := f.Wait()
-		var ke *knit.Error
-		if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed || !strings.Contains(err.Error(), "SIGKILL") {
-			t.Fatalf("call %d settled with %v, want WORKER_CRASHED naming SIGKILL", i, err)
-		}
+	_, err := first.Wait()
+	var ke *knit.Error
+	if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed || !strings.Contains(err.Error(), "SIGKILL") || !ke.Started {
+		t.Fatalf("the running call settled with %v, want WORKER_CRASHED naming SIGKILL, started", err)
 	}
+	// The calls that had not started wait on the restarted lane until they are cancelled.
+	expectRedispatched(t, cancel, futs)
 	// The supervisor restarts the lane; the next call waits for it.
 	if sum, err := add.Call(context.Background(), p, [2]int64{2, 3}); err != nil || sum != 5 {
 		t.Fatalf("call after the restart: %d, %v", sum, err)
@@ -258,17 +308,18 @@ func TestProcessLaneEnds(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet()})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			ending := tc.call(p)
-			others := held(p, 5) // queued behind the call that ends the lane
+			others := held(ctx, p, 5) // queued behind the call that ends the lane
 			_, err := ending.Wait()
 			var ke *knit.Error
-			if !errors.As(err, &ke) || ke.Code != tc.code || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want %s mentioning %q", err, tc.code, tc.want)
+			if !errors.As(err, &ke) || ke.Code != tc.code || !strings.Contains(err.Error(), tc.want) || !ke.Started {
+				t.Fatalf("err = %v, want %s mentioning %q, started", err, tc.code, tc.want)
 			}
-			for _, f := range others {
-				if _, err := f.Wait(); !errors.Is(err, ke) {
-					t.Fatalf("a held call settled with %v, want %s", err, tc.code)
-				}
+			expectRedispatched(t, cancel, others)
+			if _, err := add.Call(context.Background(), p, [2]int64{2, 3}); err != nil {
+				t.Fatalf("call after the restart: %v", err)
 			}
 		})
 	}
