@@ -545,6 +545,7 @@ func (o *laneOutput) line(s string, stderr bool) {
 		o.enqueue(outLine{entry: e, parsed: true})
 		return
 	}
+	raw := s
 	s = logging.Clean(s, logging.MaxLaneText)
 	o.mu.Lock()
 	log := o.log
@@ -558,9 +559,10 @@ func (o *laneOutput) line(s string, stderr bool) {
 	o.full = o.full || o.next == 0
 	// The goroutine dump after a panic or fatal error is a hundred lines of little use in
 	// the console: the crash error carries the faulting goroutine's frames; the dump goes
-	// to Debug.
+	// to Debug. The report reads the raw line (its frames' file lines start with a tab);
+	// Classify cleans what it keeps.
 	level := zapcore.WarnLevel
-	if o.crash.Line(s) {
+	if o.crash.Line(raw) {
 		level = zapcore.DebugLevel
 	}
 	o.mu.Unlock()

@@ -1,6 +1,7 @@
 package knit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -67,6 +68,10 @@ func (p *Pool) refillSpares() {
 			s.mu.Lock()
 			s.starting--
 			switch {
+			case err != nil && s.closed:
+				// Close stopped it while it initialised: what Close is for, not a failure.
+				s.mu.Unlock()
+				p.log.Debug("spare lane process stopped by Close before it was ready", zap.Error(err))
 			case err != nil:
 				s.mu.Unlock()
 				p.log.Warn("could not start a spare lane process", zap.Error(err))
@@ -132,6 +137,11 @@ func (p *Pool) startSpare() (*spare, error) {
 	sp := &spare{child: c, sock: host}
 	s := &p.spares
 	s.mu.Lock()
+	if s.closed { // Close ran while it was being spawned: it would not kill this one
+		s.mu.Unlock()
+		sp.kill()
+		return nil, errSparesClosed
+	}
 	if s.booting == nil {
 		s.booting = map[*spare]bool{}
 	}
@@ -150,6 +160,9 @@ func (p *Pool) startSpare() (*spare, error) {
 	}
 	return sp, nil
 }
+
+// errSparesClosed is a spare spawned while the pool closed.
+var errSparesClosed = errors.New("the pool is closing")
 
 // assign turns the spare into a lane: one message with the boot record and descriptors.
 func (sp *spare) assign(record []byte, region, done *os.File) error {

@@ -175,7 +175,7 @@ func (c *CrashReport) Line(s string) (dump bool) {
 	switch c.phase {
 	case phaseBefore:
 		if strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") {
-			c.failure, c.phase, c.waited = s, phaseHeader, 0
+			c.failure, c.phase, c.waited = cut(s), phaseHeader, 0
 		}
 		return false
 	case phaseHeader:
@@ -184,7 +184,10 @@ func (c *CrashReport) Line(s string) (dump bool) {
 			return true
 		}
 		if strings.HasPrefix(s, "[signal ") && c.signal == "" {
-			c.signal = s
+			c.signal = cut(s)
+		}
+		if dumpLike(s) { // the "runtime stack:" of a fatal error on the system stack, say
+			return true
 		}
 		if c.waited++; c.waited > headerWait {
 			*c = CrashReport{}
@@ -196,23 +199,56 @@ func (c *CrashReport) Line(s string) (dump bool) {
 		case s == "":
 			c.phase = phaseRest
 		case strings.HasPrefix(s, "\t"):
-			loc := strings.TrimSpace(s)
+			loc := strings.TrimSpace(cut(s))
 			if i := strings.Index(loc, " +0x"); i >= 0 {
 				loc = loc[:i]
 			} else if i := strings.Index(loc, " fp="); i >= 0 {
 				loc = loc[:i]
 			}
 			if c.fn != "" && len(c.frames) < 4*maxFrames {
-				c.frames = append(c.frames, frame{text: c.fn + " at " + loc, runtime: isRuntimeFrame(c.fn)})
+				c.frames = append(c.frames, frame{text: compactFrame(c.fn) + " at " + loc, runtime: isRuntimeFrame(c.fn)})
 			}
 			c.fn = ""
 		default:
-			c.fn = s
+			c.fn = cut(s)
 		}
 		return true
 	}
 	return true
 }
+
+// dumpLike reports whether a line may belong to the runtime's report before its first
+// goroutine header: a blank line, a section title, a frame or its file line.
+func dumpLike(s string) bool {
+	return s == "" || s == "runtime stack:" || strings.HasPrefix(s, "\t") || strings.HasSuffix(s, ")")
+}
+
+// compactFrame shortens a frame's function line: its arguments, hexadecimal words that mean
+// nothing to a reader of the error, become "(…)".
+func compactFrame(fn string) string {
+	if !strings.HasSuffix(fn, ")") || strings.HasPrefix(fn, "created by ") {
+		return fn
+	}
+	depth := 0
+	for i := len(fn) - 1; i >= 0; i-- {
+		switch fn[i] {
+		case ')':
+			depth++
+		case '(':
+			if depth--; depth == 0 {
+				if i+2 == len(fn) {
+					return fn
+				}
+				return fn[:i] + "(…)"
+			}
+		}
+	}
+	return fn
+}
+
+// cut bounds what a report keeps of one line (a lane's line can be 64 KiB): Classify cuts
+// again, to lineBytes, once cleaned.
+func cut(s string) string { return s[:min(len(s), 4*lineBytes)] }
 
 func isRuntimeFrame(fn string) bool {
 	return strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "panic(")

@@ -131,6 +131,39 @@ main.main()
 `
 )
 
+const oomReport = `fatal error: runtime: out of memory
+
+runtime stack:
+runtime.throw({0x4923d2?, 0x60000000?})
+	/usr/local/go/src/runtime/panic.go:1229 +0x48 fp=0x7ffefd9e2ae0 sp=0x7ffefd9e2ab0 pc=0x472188
+runtime.sysMapOS(0x7f2658265000, 0x1000, {0x4905a0, 0xa})
+	/usr/local/go/src/runtime/mem_linux.go:175 +0x13b fp=0x7ffefd9e2b20 sp=0x7ffefd9e2ae0 pc=0x41fa7b
+runtime.sysMap(0x7f2658265000, 0x1000, 0x5dc00000?, {0x4905a0, 0xa})
+	/usr/local/go/src/runtime/mem.go:279 +0x45 fp=0x7ffefd9e2b50 sp=0x7ffefd9e2b20 pc=0x41f305
+runtime.(*pageAlloc).sysGrow(0x52d6e8, 0x1a325b000000, 0x1a32b8c00000)
+	/usr/local/go/src/runtime/mpagealloc_64bit.go:179 +0x3b1 fp=0x7ffefd9e2bc8 sp=0x7ffefd9e2b50 pc=0x438c11
+runtime.(*pageAlloc).grow(0x52d6e8, 0x5dc00000?, 0x5dc00000)
+	/usr/local/go/src/runtime/mpagealloc.go:374 +0x69 fp=0x7ffefd9e2c40 sp=0x7ffefd9e2bc8 pc=0x4360e9
+runtime.(*mheap).grow(0x52d6e0?, 0x2ee00?)
+	/usr/local/go/src/runtime/mheap.go:1644 +0x2fc fp=0x7ffefd9e2cd0 sp=0x7ffefd9e2c40 pc=0x4340fc
+runtime.(*mheap).allocSpan(0x52d6e0, 0x2ee00, 0x0, 0x1)
+	/usr/local/go/src/runtime/mheap.go:1299 +0x1b3 fp=0x7ffefd9e2d80 sp=0x7ffefd9e2cd0 pc=0x433653
+runtime.(*mheap).alloc.func1()
+	/usr/local/go/src/runtime/mheap.go:1017 +0x5c fp=0x7ffefd9e2dc8 sp=0x7ffefd9e2d80 pc=0x43311c
+runtime.systemstack(0x47985f)
+	/usr/local/go/src/runtime/asm_amd64.s:562 +0x4a fp=0x7ffefd9e2dd8 sp=0x7ffefd9e2dc8 pc=0x475b2a
+
+goroutine 1 gp=0x1a325ae701e0 m=0 mp=0x5256a0 [running]:
+runtime.systemstack_switch()
+	/usr/local/go/src/runtime/asm_amd64.s:516 +0x8 fp=0x1a325aea45d8 sp=0x1a325aea45c8 pc=0x475ac8
+runtime.mallocgc(0x5dc00000, 0x481260, 0x1)
+	/usr/local/go/src/runtime/malloc.go:1156 +0xd3 fp=0x1a325aea46f8 sp=0x1a325aea46c8 pc=0x4716b3
+main.main()
+	/tmp/crashgen/main.go:4 +0x25 fp=0x1a325aea4748 sp=0x1a325aea4720 pc=0x47a765
+runtime.main()
+	/usr/local/go/src/runtime/proc.go:290 +0x2d5 fp=0x1a325aea47e0 sp=0x1a325aea4748 pc=0x443ef5
+`
+
 func TestCrashReport(t *testing.T) {
 	cases := []struct {
 		name, report, failure string
@@ -149,6 +182,10 @@ func TestCrashReport(t *testing.T) {
 			"created by main.main in goroutine 1 at /tmp/crashgen/main.go:26",
 		}, 2},
 		{"no crash", "hello\nworld\n", "", nil, 2},
+		{"fatal error on the system stack", oomReport, "fatal error: runtime: out of memory", []string{
+			"goroutine 1 [running]:", "main.main() at /tmp/crashgen/main.go:4"}, 1},
+		{"arguments", "panic: x\n\ngoroutine 5 [running]:\npkg.(*T[...]).f(0xc000, {0x1, 0x2})\n\t/p.go:3 +0x1\n",
+			"panic: x", []string{"goroutine 5 [running]:", "pkg.(*T[...]).f(…) at /p.go:3"}, 1},
 		{"a line that only looks like one", "panic: not really\n" + strings.Repeat("more output\n", 20) + "panic: real\n\ngoroutine 3 [running]:\nmain.f()\n\t/m.go:1 +0x1\n",
 			"panic: real", []string{"goroutine 3 [running]:", "main.f() at /m.go:1"}, 0},
 	}
