@@ -32,9 +32,9 @@ type procLane struct {
 	efd    *futex.EventFD
 	rv     *shm.Rendezvous // SharedMemory Named: where the lane collects mp and efd
 	handed chan struct{}   // closed once the rendezvous is over (nil without one)
-	ready  chan struct{} // closed once the lane has reported ready
-	exited chan struct{} // closed once the process has been waited for
-	gone   chan struct{} // closed once its calls are settled and its region unmapped
+	ready  chan struct{}   // closed once the lane has reported ready
+	exited chan struct{}   // closed once the process has been waited for
+	gone   chan struct{}   // closed once its calls are settled and its region unmapped
 
 	killMu sync.Mutex
 	killed lifecycle.Exit // why the host killed it, if it did
@@ -364,7 +364,7 @@ func (l *lane) waitProcess() {
 	<-pl.waited
 	werr := pl.err
 	_ = syscall.Kill(-pl.pid, syscall.SIGKILL) // the lane's own children go with it
-	if pl.rv != nil { // a lane that never connected: its name goes now
+	if pl.rv != nil {                          // a lane that never connected: its name goes now
 		_ = pl.rv.Close()
 		<-pl.handed
 	}
