@@ -161,8 +161,30 @@ func TestNamedBehindWrapperThatClosesFDs(t *testing.T) {
 	if got, err := truncRegion.Call(context.Background(), p, 0); err != nil || got != unix.EPERM.Error() {
 		t.Fatalf("ftruncate in the lane: %q, %v", got, err)
 	}
+	// The spare connects through a rendezvous too; a restart takes it.
+	knit.AwaitSpares(p)
 	if names := shmNames(t); len(names) != 0 {
 		t.Fatalf("rendezvous names outlived the boot: %v", names)
+	}
+	spares := p.Stats().Spares
+	if len(spares) != 1 {
+		t.Fatalf("spares %v, want one behind the wrapper", spares)
+	}
+	if err := syscall.Kill(p.Stats().Lanes[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for e := range p.Events() {
+		if e.Lane == 0 && e.Incarnation == 1 && e.To == knit.StateReady {
+			break
+		}
+	}
+	if pid := p.Stats().Lanes[0].PID; pid != spares[0] {
+		t.Fatalf("the restart did not take spare %d (lanes %+v)", spares[0], p.Stats().Lanes)
+	}
+	for range 4 { // round robin: both lanes
+		if got, err := truncRegion.Call(context.Background(), p, 0); err != nil || got != unix.EPERM.Error() {
+			t.Fatalf("ftruncate after the restart: %q, %v", got, err)
+		}
 	}
 }
 

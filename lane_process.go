@@ -169,23 +169,28 @@ func (l *lane) handOver() {
 	}
 }
 
-// checkPeer admits the process that connected to the lane's rendezvous: it must run as this
-// host's user and be the lane process or one of its descendants (a wrapper in Prefix may
+// checkPeer admits the lane process (or a descendant) to the lane's rendezvous.
+func (l *lane) checkPeer(p shm.Peer) error { return peerCheck(l.proc.pid)(p) }
+
+// peerCheck admits the process that connected to a rendezvous meant for process pid: it must
+// run as this host's user and be pid or one of its descendants (a wrapper in Prefix may
 // fork). Only when the peer lives in another pid namespace, where the host cannot relate its
-// pid to the lane's, is the user enough.
-func (l *lane) checkPeer(p shm.Peer) error {
-	if p.UID != os.Geteuid() {
-		return fmt.Errorf("peer runs as uid %d, the host as %d", p.UID, os.Geteuid())
-	}
-	if p.PID == 0 || descendsFrom(p.PID, l.proc.pid) {
-		return nil
-	}
-	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p.PID)); err == nil {
-		if self, err := os.Readlink("/proc/self/ns/pid"); err == nil && ns != self {
+// pid to pid, is the user enough.
+func peerCheck(pid int) func(shm.Peer) error {
+	return func(p shm.Peer) error {
+		if p.UID != os.Geteuid() {
+			return fmt.Errorf("peer runs as uid %d, the host as %d", p.UID, os.Geteuid())
+		}
+		if p.PID == 0 || descendsFrom(p.PID, pid) {
 			return nil
 		}
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p.PID)); err == nil {
+			if self, err := os.Readlink("/proc/self/ns/pid"); err == nil && ns != self {
+				return nil
+			}
+		}
+		return fmt.Errorf("peer pid %d is not lane process %d or one of its descendants", p.PID, pid)
 	}
-	return fmt.Errorf("peer pid %d is not lane process %d or one of its descendants", p.PID, l.proc.pid)
 }
 
 // descendsFrom reports whether pid is ancestor or one of its descendants, following parent

@@ -24,6 +24,8 @@ const (
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
 	// It waits on FDRegion, a unix socket, for its record and descriptors (see Assignment).
+	// Its value is "1" when the socket is inherited, or the rendezvous (shm.Dial) where the
+	// spare connects for it.
 	EnvSpare = "KNIT_SPARE"
 )
 
@@ -305,6 +307,17 @@ func Assignment(record []byte, region, done *os.File) (msg, oob []byte) {
 // awaitAssignment makes a spare a lane: it waits for its Assignment and puts the record and
 // descriptors where a lane started directly finds them (EnvBoot, FDRegion, FDDone).
 func awaitAssignment() error {
+	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
+		conn, err := shm.Dial(name)
+		if err != nil {
+			return fmt.Errorf("connecting to the host: %w", err)
+		}
+		err = unix.Dup3(int(conn.Fd()), FDRegion, 0)
+		conn.Close()
+		if err != nil {
+			return err
+		}
+	}
 	// Tell the host this process is initialised: from now on taking it costs one message.
 	if _, err := unix.Write(FDRegion, []byte{1}); err != nil {
 		return fmt.Errorf("reporting ready: %w", err)

@@ -77,25 +77,23 @@ func Listen() (*Rendezvous, error) {
 // Name is the rendezvous's entry under Dir, for Collect.
 func (r *Rendezvous) Name() string { return r.name }
 
-// Hand accepts one connection before deadline, asks allow whether its peer may have the
-// files, sends them in one message and closes the rendezvous, removing its name, whatever
-// happens. It fails if no peer connects in time, if allow refuses the peer, or if Close is
-// called meanwhile.
-func (r *Rendezvous) Hand(deadline time.Time, allow func(Peer) error, files ...*os.File) error {
+// Accept accepts one connection before deadline, asks allow whether its peer may have it,
+// and closes the rendezvous, removing its name, whatever happens. It returns the connection
+// as a file in non-blocking mode, so that reads and writes on it go through Go's netpoller
+// and honour deadlines. It fails if no peer connects in time, if allow refuses the peer, or
+// if Close is called meanwhile.
+func (r *Rendezvous) Accept(deadline time.Time, allow func(Peer) error) (*os.File, error) {
 	defer r.Close()
-	if len(files) == 0 || len(files) > maxFiles {
-		return fmt.Errorf("knit/shm: rendezvous: %d files to hand over", len(files))
-	}
 	_ = r.ln.SetDeadline(deadline)
 	conn, err := r.ln.AcceptUnix()
 	r.Close() // exactly one connection
 	if err != nil {
-		return fmt.Errorf("knit/shm: rendezvous: nobody connected: %w", err)
+		return nil, fmt.Errorf("knit/shm: rendezvous: nobody connected: %w", err)
 	}
 	defer conn.Close()
 	rc, err := conn.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("knit/shm: rendezvous: %w", err)
+		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
 	}
 	var cred *unix.Ucred
 	if cerr := rc.Control(func(fd uintptr) {
@@ -104,20 +102,66 @@ func (r *Rendezvous) Hand(deadline time.Time, allow func(Peer) error, files ...*
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("knit/shm: rendezvous: SO_PEERCRED: %w", err)
+		return nil, fmt.Errorf("knit/shm: rendezvous: SO_PEERCRED: %w", err)
 	}
 	if err := allow(Peer{PID: int(cred.Pid), UID: int(cred.Uid)}); err != nil {
-		return fmt.Errorf("knit/shm: rendezvous: peer refused: %w", err)
+		return nil, fmt.Errorf("knit/shm: rendezvous: peer refused: %w", err)
 	}
+	f, err := conn.File() // a duplicate, in blocking mode
+	if err != nil {
+		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	if err == nil {
+		unix.CloseOnExec(fd)
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
+	}
+	return os.NewFile(uintptr(fd), r.name), nil // non-blocking: os.NewFile registers it with the netpoller
+}
+
+// Hand accepts one connection (Accept), sends files to it as SCM_RIGHTS in one message and
+// closes it.
+func (r *Rendezvous) Hand(deadline time.Time, allow func(Peer) error, files ...*os.File) error {
+	if len(files) == 0 || len(files) > maxFiles {
+		r.Close()
+		return fmt.Errorf("knit/shm: rendezvous: %d files to hand over", len(files))
+	}
+	conn, err := r.Accept(deadline, allow)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
-	_ = conn.SetWriteDeadline(deadline)
-	if _, _, err := conn.WriteMsgUnix([]byte{byte(len(fds))}, unix.UnixRights(fds...), nil); err != nil {
+	if err := SendFiles(conn, deadline, []byte{byte(len(fds))}, fds...); err != nil {
 		return fmt.Errorf("knit/shm: rendezvous: sending descriptors: %w", err)
 	}
 	return nil
+}
+
+// SendFiles sends msg with fds as SCM_RIGHTS in one message on conn, a non-blocking unix
+// socket, waiting until deadline (zero: no limit) for room.
+func SendFiles(conn *os.File, deadline time.Time, msg []byte, fds ...int) error {
+	_ = conn.SetWriteDeadline(deadline)
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	oob := unix.UnixRights(fds...)
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), msg, oob, nil, 0)
+		return serr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // Close removes the rendezvous's name and ends a Hand waiting for a connection. It is
@@ -128,23 +172,44 @@ func (r *Rendezvous) Close() error {
 	return err
 }
 
-// Collect connects to the rendezvous name (an entry under Dir) and receives the n
-// descriptors its creator hands over.
-func Collect(name string, n int) ([]*os.File, error) {
+// Dial connects to the rendezvous name (an entry under Dir). It returns the connection as a
+// file in blocking mode, for a process that uses it with plain system calls.
+func Dial(name string) (*os.File, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
-	}
-	if n < 1 || n > maxFiles {
-		return nil, fmt.Errorf("knit/shm: rendezvous: cannot collect %d files", n)
 	}
 	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: Dir + "/" + name, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
 	}
 	defer conn.Close()
+	f, err := conn.File()
+	if err != nil {
+		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
+	}
+	return f, nil
+}
+
+// Collect connects to the rendezvous name and receives the n descriptors its creator hands
+// over (Hand).
+func Collect(name string, n int) ([]*os.File, error) {
+	if n < 1 || n > maxFiles {
+		return nil, fmt.Errorf("knit/shm: rendezvous: cannot collect %d files", n)
+	}
+	conn, err := Dial(name)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
 	buf := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(maxFiles*4))
-	_, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	var oobn int
+	for {
+		_, oobn, _, _, err = unix.Recvmsg(int(conn.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
 	}
@@ -170,7 +235,6 @@ func Collect(name string, n int) ([]*os.File, error) {
 	}
 	files := make([]*os.File, n)
 	for i, fd := range fds {
-		unix.CloseOnExec(fd)
 		files[i] = os.NewFile(uintptr(fd), name)
 	}
 	return files, nil

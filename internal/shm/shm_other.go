@@ -33,6 +33,17 @@ func Listen() (*Rendezvous, error) { return nil, ErrUnsupported }
 // Name returns "".
 func (r *Rendezvous) Name() string { return "" }
 
+// Accept returns ErrUnsupported.
+func (r *Rendezvous) Accept(time.Time, func(Peer) error) (*os.File, error) {
+	return nil, ErrUnsupported
+}
+
+// SendFiles returns ErrUnsupported.
+func SendFiles(*os.File, time.Time, []byte, ...int) error { return ErrUnsupported }
+
+// Dial returns ErrUnsupported.
+func Dial(string) (*os.File, error) { return nil, ErrUnsupported }
+
 // Hand returns ErrUnsupported.
 func (r *Rendezvous) Hand(time.Time, func(Peer) error, ...*os.File) error { return ErrUnsupported }
 
