@@ -571,3 +571,80 @@ func observerCore() zapcore.Core {
 	core, _ := observer.New(zap.DebugLevel)
 	return core
 }
+
+// TestHelperBlockedStderrHost is not a test: TestHostStderrBlocked runs the test binary as a
+// host with knit's default logger, whose stderr is a pipe nobody reads.
+func TestHelperBlockedStderrHost(t *testing.T) {
+	if os.Getenv("KNIT_TEST_BLOCKED_STDERR_HOST") == "" {
+		t.Skip("helper process only")
+	}
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1}, hostileTasks...)
+	if err != nil {
+		fmt.Println("NewPool:", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := spew.Call(context.Background(), p, 50_000); err != nil {
+			fmt.Println("spew:", err)
+			return
+		}
+	}
+	fmt.Println("served")
+	fmt.Println("closed:", p.Close(ctx))
+}
+
+// TestHostStderrBlocked: a host whose stderr nobody reads serves a lane that writes megabytes
+// to its stderr, and closes.
+func TestHostStderrBlocked(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestHelperBlockedStderrHost$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "KNIT_TEST_BLOCKED_STDERR_HOST=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	r, w, err := os.Pipe() // the helper's stderr: never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd.Stderr = w
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	lines, done := make(chan string), make(chan struct{})
+	defer close(done)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-done:
+				return
+			}
+		}
+	}()
+	timeout := time.After(2 * time.Minute) // a regression fails instead of hanging
+	for _, want := range []string{"served", "closed: <nil>"} {
+		select {
+		case got, ok := <-lines:
+			if !ok || got != want {
+				t.Fatalf("helper host said %q (open %v), want %q", got, ok, want)
+			}
+		case <-timeout:
+			t.Fatalf("the helper host hung before %q with its stderr blocked", want)
+		}
+	}
+}
