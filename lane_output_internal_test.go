@@ -85,3 +85,29 @@ func TestLaneOutputDropsWhenSinkBlocks(t *testing.T) {
 		t.Fatalf("dropped %d, reported %d, logged %d of %d", o.dropped.Load(), reported, logs.FilterMessage("lane stderr").Len(), lines)
 	}
 }
+
+// TestLineWriterSplits: lines split across writes, several in one write, and an endless line
+// cut in pieces of maxLine bytes.
+func TestLineWriterSplits(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	o := newLaneOutput(zap.New(core), 0)
+	w := o.writer(false)
+	w.Write([]byte("one\ntw"))
+	w.Write([]byte("o\nthree\nfour"))
+	w.Write([]byte("\n"))
+	long := bytes.Repeat([]byte("y"), 2*maxLine+5)
+	for i := range long { // a byte at a time
+		w.Write(long[i : i+1])
+	}
+	w.Write([]byte("\n"))
+	o.close()
+	<-o.relayed
+	var got []string
+	for _, e := range logs.FilterMessage("lane stdout").All() {
+		got = append(got, e.ContextMap()["line"].(string))
+	}
+	if len(got) != 7 || strings.Join(got[:4], ",") != "one,two,three,four" || len(got[4]) != logging.MaxLaneText ||
+		got[6] != "yyyyy" {
+		t.Fatalf("lines %d: %.80q", len(got), got)
+	}
+}

@@ -378,7 +378,11 @@ func (l *lane) waitProcess() {
 	x.Stopping = l.state.Load() == laneStopping
 	// Ready is what the host saw (the reaper closed ready), not the boot word now: a lane
 	// may have rewritten that, or the whole region, before it went.
-	x.Ready = l.isReady()
+	select {
+	case <-pl.ready:
+		x.Ready = true
+	default:
+	}
 	x.Status, x.Signal = -1, 0
 	if ps := pl.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -632,18 +636,25 @@ type lineWriter struct {
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
+	n := len(p)
+	// Only the new bytes are searched: a lane writing a long line a byte at a time costs
+	// the host linear time, not quadratic.
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
+			w.buf = append(w.buf, p...)
 			break
 		}
-		w.out.line(string(w.buf[:i]), w.stderr)
-		w.buf = w.buf[i+1:]
-	}
-	if len(w.buf) > 64<<10 { // an endless line is still logged, in pieces
+		w.buf = append(w.buf, p[:i]...)
 		w.out.line(string(w.buf), w.stderr)
-		w.buf = w.buf[:0]
+		w.buf, p = w.buf[:0], p[i+1:]
 	}
-	return len(p), nil
+	for len(w.buf) >= maxLine { // an endless line is still logged, in pieces
+		w.out.line(string(w.buf[:maxLine]), w.stderr)
+		w.buf = append(w.buf[:0], w.buf[maxLine:]...)
+	}
+	return n, nil
 }
+
+// maxLine is the longest piece of a line the relay takes at once.
+const maxLine = 64 << 10
