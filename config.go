@@ -187,8 +187,8 @@ type SharedMemoryMode int
 
 // Shared-memory modes.
 const (
-	Inherit SharedMemoryMode = iota // a memfd passed as an inherited descriptor (default)
-	Named                           // a private named mapping (O_EXCL, 0600), unlinked once opened
+	Inherit SharedMemoryMode = iota // the sealed memfd passed as an inherited descriptor (default)
+	Named                           // the sealed memfd handed over on a named 0600 socket, removed once used
 )
 
 func (m SharedMemoryMode) String() string {
@@ -203,13 +203,18 @@ type ProcessConfig struct {
 	// Command is the lane binary and its arguments; its main must call knit.Main first
 	// and define the same tasks. Default: this executable (os.Executable), no arguments.
 	Command []string
-	// Prefix wraps the command, e.g. {"nice", "-n", "10"}, {"prlimit", "--as=1000000000"}
-	// or a bwrap/systemd-run invocation.
+	// Prefix wraps the command, e.g. {"nice", "-n", "10"}, {"prlimit", "--data=1000000000"}
+	// (1 GB of heap: a lane beyond it crashes with "out of memory") or a bwrap invocation.
+	// Limit memory with --data, not --as: an idle Go lane reserves 1.6–1.8 GB of address
+	// space, so --as below about 2 GB fails every lane at boot (docs/process-lanes.md).
 	Prefix []string
-	// Env lists what the lane's scrubbed environment carries besides KNIT_* variables:
-	// "NAME" copies NAME from the host, "NAME=value" sets it.
+	// Env lists what the lane's scrubbed environment carries besides KNIT_* variables and
+	// the host's PATH: "NAME" copies NAME from the host, "NAME=value" sets it ("PATH=..."
+	// replaces the host's PATH).
 	Env []string
-	// SharedMemory is Inherit (default) or Named, for wrappers that close inherited fds.
+	// SharedMemory is Inherit (default: the region and doorbell on fds 3 and 4) or Named,
+	// for wrappers that close inherited fds: the lane then collects them from a rendezvous
+	// socket under /dev/shm. The region is a sealed memfd either way.
 	SharedMemory SharedMemoryMode
 	// Spares is how many lane processes the pool keeps started ahead — exec'd, initialised,
 	// waiting for a boot record — so that a restart skips process start-up (default 1;

@@ -1,17 +1,21 @@
 package knit
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/futex"
@@ -26,10 +30,12 @@ type procLane struct {
 	*child
 	mp     *shm.Mapping
 	efd    *futex.EventFD
-	ready  chan struct{} // closed once the lane has reported ready
-	exited chan struct{} // closed once the process has been waited for
-	gone   chan struct{} // closed once its calls are settled and its region unmapped
-	spare  bool          // it was a spare: initialised already, it is ready within Liveness
+	rv     *shm.Rendezvous // SharedMemory Named: where the lane collects mp and efd
+	handed chan struct{}   // closed once the rendezvous is over (nil without one)
+	ready  chan struct{}   // closed once the lane has reported ready
+	exited chan struct{}   // closed once the process has been waited for
+	gone   chan struct{}   // closed once its calls are settled and its region unmapped
+	spare  bool            // it was a spare: initialised already, it is ready within Liveness
 
 	killMu sync.Mutex
 	killed lifecycle.Exit // why the host killed it, if it did
@@ -43,17 +49,20 @@ type procLane struct {
 
 // startProcess creates the region and starts the lane process. It returns once the
 // process has started; ready is closed when it reports ready.
+//
+// The region is a sealed memfd in both shared-memory modes (shm.CreateMemfd): a lane can
+// write it but never resize it, so nothing a lane does to the file can make the host's
+// mapping fault. With SharedMemory Named the lane inherits no descriptor: it collects the
+// memfd and the eventfd from a rendezvous socket named in its boot record (shm.Rendezvous).
 func (l *lane) startProcess() error {
 	cfg := l.p.cfg
 	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: cfg.Payload.Arena, AbortBits: fastpath.DefaultAbortBits}
 	pl := &procLane{ready: make(chan struct{}), exited: make(chan struct{}), gone: make(chan struct{})}
-	var err error
-	if cfg.Process.SharedMemory == Named {
-		pl.mp, err = shm.CreateNamed(layout.Size())
-	} else {
-		pl.mp, err = shm.CreateMemfd(fmt.Sprintf("knit-lane-%d", l.idx), layout.Size())
+	if l.idx == 0 && l.inc == 0 {
+		l.p.sweepShm()
 	}
-	if err != nil {
+	var err error
+	if pl.mp, err = shm.CreateMemfd(fmt.Sprintf("knit-lane-%d", l.idx), layout.Size()); err != nil {
 		return l.startErr("shared memory: %v", err)
 	}
 	if l.region, err = fastpath.NewRegion(pl.mp.Bytes(), layout, uint32(l.idx), uint32(l.inc), l.p.epoch.UnixNano()); err != nil {
@@ -75,19 +84,15 @@ func (l *lane) startProcess() error {
 	l.laneBell, l.doneBell = fastpath.FutexBell{}, fastpath.EventBell{FD: pl.efd}
 	l.reaper = true
 
-	record, err := l.bootRecord(layout)
-	if err != nil {
-		l.release()
-		return l.startErr("%v", err)
-	}
-	regionFile := pl.mp.File()
-	if l.p.cfg.Process.SharedMemory == Named {
-		regionFile = nil
-	}
 	// A restart takes a spare — a process that has exec'd and initialised already — when
-	// one is waiting; a first start, or a restart with none, spawns.
+	// one is waiting; a first start, or a restart with none, spawns. A spare receives its
+	// descriptors on its socket, whatever the shared-memory mode.
 	if sp := l.p.takeSpare(l.inc); sp != nil {
-		if err := sp.assign(record, regionFile, pl.efd.File()); err == nil {
+		record, err := l.bootRecord("")
+		if err == nil {
+			err = sp.assign(record, pl.mp.File(), pl.efd.File())
+		}
+		if err == nil {
 			pl.child, pl.spare = sp.child, true
 			pl.output.relabel(l.idx)
 			l.debug("spare process assigned")
@@ -98,14 +103,9 @@ func (l *lane) startProcess() error {
 		l.p.refillSpares()
 	}
 	if pl.child == nil {
-		cmd, err := l.p.laneCommand([]*os.File{regionFile, pl.efd.File()}, lifecycle.EnvBoot+"="+string(record))
-		if err != nil {
+		if err := l.spawn(); err != nil {
 			l.release()
-			return l.startErr("%v", err)
-		}
-		if pl.child, err = startChild(cmd, newLaneOutput(l.p.root, l.idx)); err != nil {
-			l.release()
-			return l.startErr("spawn %s: %v", cmd.Path, err)
+			return err
 		}
 	}
 	l.started = true // from here on the lane ends through waitProcess
@@ -115,21 +115,143 @@ func (l *lane) startProcess() error {
 	return nil
 }
 
+// spawn starts a new lane process: the region and eventfd on fds 3 and 4, or, with
+// SharedMemory Named, a rendezvous that hands them over once the process connects.
+func (l *lane) spawn() error {
+	pl := l.proc
+	files := []*os.File{pl.mp.File(), pl.efd.File()}
+	rvName := ""
+	if l.p.cfg.Process.SharedMemory == Named {
+		rv, err := shm.Listen()
+		if err != nil {
+			return l.startErr("shared memory: %v", err)
+		}
+		pl.rv, files, rvName = rv, nil, rv.Name()
+	}
+	fail := func(err error) error {
+		if pl.rv != nil {
+			_ = pl.rv.Close()
+		}
+		return err
+	}
+	record, err := l.bootRecord(rvName)
+	if err != nil {
+		return fail(l.startErr("%v", err))
+	}
+	cmd, err := l.p.laneCommand(files, lifecycle.EnvBoot+"="+string(record))
+	if err != nil {
+		return fail(l.startErr("%v", err))
+	}
+	if pl.child, err = startChild(cmd, newLaneOutput(l.p.root, l.idx)); err != nil {
+		return fail(l.startErr("spawn %s: %v", cmd.Path, err))
+	}
+	if pl.rv != nil {
+		pl.handed = make(chan struct{})
+		go l.handOver()
+	}
+	return nil
+}
+
+// handOver gives the region and eventfd to the lane process through the rendezvous: to the
+// first process that connects, if it is the lane. A failed hand-over before the lane has
+// ended kills it; it fails its start.
+func (l *lane) handOver() {
+	pl := l.proc
+	defer close(pl.handed)
+	err := pl.rv.Hand(time.Now().Add(l.p.cfg.StartupTimeout), l.checkPeer, pl.mp.File(), pl.efd.File())
+	if err == nil {
+		l.debug("shared memory handed over", zap.String("rendezvous", pl.rv.Name()))
+		return
+	}
+	select {
+	case <-pl.waited: // the lane ended first: waitProcess closed the rendezvous
+	default:
+		l.kill(lifecycle.Exit{Handoff: err})
+	}
+}
+
+// checkPeer admits the lane process (or a descendant) to the lane's rendezvous.
+func (l *lane) checkPeer(p shm.Peer) error { return peerCheck(l.proc.pid)(p) }
+
+// peerCheck admits the process that connected to a rendezvous meant for process pid: it must
+// run as this host's user and be pid or one of its descendants (a wrapper in Prefix may
+// fork, or start it in a new pid namespace: a child namespace's processes keep a pid here).
+// Only a peer whose pid the kernel cannot map into this host's pid namespace (reported as 0:
+// the lane was started outside the host's process tree) is admitted on the user alone; no
+// lane can arrange that for itself, as the namespaces it can create are children of its own.
+func peerCheck(pid int) func(shm.Peer) error {
+	return func(p shm.Peer) error {
+		if p.UID != os.Geteuid() {
+			return fmt.Errorf("peer runs as uid %d, the host as %d", p.UID, os.Geteuid())
+		}
+		if p.PID == 0 || descendsFrom(p.PID, pid) {
+			return nil
+		}
+		return fmt.Errorf("peer pid %d is not lane process %d or one of its descendants", p.PID, pid)
+	}
+}
+
+// descendsFrom reports whether pid is ancestor or one of its descendants, following parent
+// pids through /proc.
+func descendsFrom(pid, ancestor int) bool {
+	for range 64 {
+		if pid == ancestor {
+			return true
+		}
+		if pid <= 1 {
+			return false
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ppid ...: comm may hold anything but ends at the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if i < 0 || len(f) < 2 {
+			return false
+		}
+		if pid, err = strconv.Atoi(f[1]); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// sweepShm removes what dead hosts left in /dev/shm (see SweepSharedMemory).
+func (p *Pool) sweepShm() {
+	removed, err := shm.Sweep()
+	if len(removed) > 0 {
+		p.log.Info("removed shared-memory names of dead hosts", zap.Strings("names", removed))
+	}
+	if err != nil {
+		p.log.Debug("sweeping shared-memory names of dead hosts", zap.Error(err))
+	}
+}
+
+// SweepSharedMemory removes the /dev/shm/knit-<pid>-… names that knit hosts which have died
+// left behind, and returns them. A host names its rendezvous sockets (SharedMemory Named)
+// that way and removes each as soon as its lane has connected, or when the lane ends; a host
+// killed in between cannot. Every NewPool of process lanes sweeps first, so a later pool
+// cleans up after a dead one; call this to clean up without starting a pool. It only
+// removes names owned by this user whose pid names no living process (a pid reused since
+// protects its dead host's names until it ends too).
+func SweepSharedMemory() ([]string, error) { return shm.Sweep() }
+
 func (l *lane) startErr(format string, args ...any) error {
 	return &Error{Code: CodeStartupFailed, Lane: l.idx, Message: fmt.Sprintf(format, args...)}
 }
 
-// bootRecord is the lane's boot record.
-func (l *lane) bootRecord(layout fastpath.Layout) ([]byte, error) {
+// bootRecord is the lane's boot record; rendezvous names where it collects its descriptors
+// ("": it has them).
+func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 	cfg := l.p.cfg
 	boot := lifecycle.Boot{
 		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
-	}
-	if cfg.Process.SharedMemory == Named {
-		boot.Shm = strings.TrimPrefix(l.proc.mp.Name(), "/dev/shm/")
+		Shm: rendezvous,
 	}
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
@@ -171,23 +293,36 @@ type child struct {
 func startChild(cmd *exec.Cmd, out *laneOutput) (*child, error) {
 	cmd.Stdout, cmd.Stderr = out.writer(false), out.writer(true)
 	if err := cmd.Start(); err != nil {
+		out.close()
 		return nil, err
 	}
 	c := &child{cmd: cmd, pid: cmd.Process.Pid, output: out, waited: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
+		out.close() // Wait has waited for the pipe readers: no line comes after this
 		close(c.waited)
 	}()
 	return c, nil
 }
 
-// laneEnv is a lane's scrubbed environment: KNIT_* variables and what allow names.
+// laneEnv is a lane's scrubbed environment: KNIT_* variables, the host's PATH (so that a
+// task can run programs by name) and what allow names; an entry of allow naming PATH
+// replaces the host's.
 func laneEnv(allow []string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "KNIT_") && !strings.HasPrefix(kv, lifecycle.EnvBoot+"=") && !strings.HasPrefix(kv, lifecycle.EnvLane+"=") && !strings.HasPrefix(kv, lifecycle.EnvSpare+"=") {
 			env = append(env, kv)
 		}
+	}
+	path := true
+	for _, a := range allow {
+		if name, _, _ := strings.Cut(a, "="); name == "PATH" {
+			path = false
+		}
+	}
+	if v, ok := os.LookupEnv("PATH"); ok && path {
+		env = append(env, "PATH="+v)
 	}
 	for _, a := range allow {
 		if strings.Contains(a, "=") {
@@ -209,7 +344,6 @@ func (l *lane) awaitReady() error {
 	defer t.Stop()
 	select {
 	case <-l.proc.ready:
-		_ = l.proc.mp.Unlink() // a named mapping: the lane has opened it; no name outlives it
 		return nil
 	case <-l.ended:
 	case <-t.C:
@@ -223,7 +357,7 @@ func (l *lane) awaitReady() error {
 func (l *lane) kill(why lifecycle.Exit) {
 	pl := l.proc
 	pl.killMu.Lock()
-	if pl.killed.Startup == 0 && pl.killed.HardTimeout == "" && pl.killed.Corrupt == nil && pl.killed.Unresponsive == "" {
+	if pl.killed.Startup == 0 && pl.killed.Handoff == nil && pl.killed.HardTimeout == "" && pl.killed.Corrupt == nil && pl.killed.Unresponsive == "" {
 		pl.killed = why
 	}
 	pl.killMu.Unlock()
@@ -238,13 +372,23 @@ func (l *lane) waitProcess() {
 	<-pl.waited
 	werr := pl.err
 	_ = syscall.Kill(-pl.pid, syscall.SIGKILL) // the lane's own children go with it
+	if pl.rv != nil {                          // a lane that never connected: its name goes now
+		_ = pl.rv.Close()
+		<-pl.handed
+	}
 	close(pl.exited)
 	pl.killMu.Lock()
 	x := pl.killed
 	pl.killMu.Unlock()
 	x.Lane = l.idx
 	x.Stopping = l.state.Load() == laneStopping
-	x.Ready = l.region.Boot().Load() == fastpath.BootReady
+	// Ready is what the host saw (the reaper closed ready), not the boot word now: a lane
+	// may have rewritten that, or the whole region, before it went.
+	select {
+	case <-pl.ready:
+		x.Ready = true
+	default:
+	}
 	x.Status, x.Signal = -1, 0
 	if ps := pl.cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -260,10 +404,7 @@ func (l *lane) waitProcess() {
 	if !x.Ready {
 		x.Fatal = l.region.Fatal()
 	}
-	x.Tail = pl.output.tail()
-	pl.output.mu.Lock()
-	x.Failure = pl.output.failure
-	pl.output.mu.Unlock()
+	x.Tail, x.Failure, x.Crash = pl.output.report()
 	l.debug("lane process reaped", zap.Int("pid", pl.pid), zap.Int("status", x.Status), zap.Stringer("signal", x.Signal))
 	e := lifecycle.Classify(x)
 	l.normal = e.Code == CodeWorkerExited && x.Status == 0
@@ -346,25 +487,55 @@ func (l *lane) freeAbort(bit int32, fn, id uint32) error {
 	return nil
 }
 
-// laneOutput re-logs a lane's stdout and stderr line by line and keeps the last lines of
-// stderr for crash reports.
+// laneOutput relays a lane's stdout and stderr to the pool's logger, line by line, and
+// keeps what a crash report needs: the last stderr lines and the Go runtime's account of a
+// crash (lifecycle.CrashReport).
+//
+// A lane must never wait for the host's log sink: a sink that blocks (a full pipe nobody
+// reads, a slow remote writer) would block the lane's writes to its stderr, then the lane,
+// its calls and Close. So the lines the pipe readers split are handed to a relay goroutine
+// through a bounded queue; the pipes are always drained, and a line that finds the queue
+// full is dropped and counted. The relay reports drops ("lane output: lines dropped") as
+// soon as the sink takes a line again, and once more when the output ends. Crash
+// bookkeeping happens before the queue: it never loses a line.
 type laneOutput struct {
-	log   *zap.Logger // with the lane's fields: plain lines
-	root  *zap.Logger // the pool's root logger: the lane's own JSON log lines
+	root    *zap.Logger // the pool's root logger: the lane's own JSON log lines
+	queue   chan outLine
+	relayed chan struct{} // closed when the relay goroutine has ended
+	dropped atomic.Uint64 // lines dropped, in all
+	pending atomic.Uint64 // lines dropped and not reported yet
+
 	mu    sync.Mutex
-	lines []string // ring of the last tailKeep stderr lines
+	log   *zap.Logger // with the lane's fields: plain lines
+	lines []string    // ring of the last tailKeep stderr lines
 	next  int
 	full  bool
-	// failure is the first line in which the Go runtime announced a panic or fatal error:
-	// the goroutine dump after it can push it out of the tail.
-	failure string
+	crash lifecycle.CrashReport
 }
 
-const tailKeep = 64
+// outLine is one line waiting for the relay: a plain line (with the logger and level it goes
+// to) or one of the lane's own log entries.
+type outLine struct {
+	log    *zap.Logger
+	level  zapcore.Level
+	msg    string
+	line   string
+	entry  logging.LaneEntry
+	parsed bool
+}
+
+const (
+	tailKeep = 64
+	// outQueue is how many lines may wait for a slow sink, per lane process: with lines
+	// cut at logging.MaxLaneText, at most 2 MiB.
+	outQueue = 512
+)
 
 func newLaneOutput(root *zap.Logger, lane int) *laneOutput {
-	o := &laneOutput{root: root, lines: make([]string, tailKeep)}
+	o := &laneOutput{root: root, lines: make([]string, tailKeep),
+		queue: make(chan outLine, outQueue), relayed: make(chan struct{})}
 	o.relabel(lane)
+	go o.relay()
 	return o
 }
 
@@ -378,39 +549,89 @@ func (o *laneOutput) relabel(lane int) {
 
 func (o *laneOutput) writer(stderr bool) *lineWriter { return &lineWriter{out: o, stderr: stderr} }
 
+// line takes one line from a pipe reader. It never blocks on the logger.
 func (o *laneOutput) line(s string, stderr bool) {
 	if e, ok := logging.ParseLaneLine(s); ok {
 		// The lane's own log line, re-emitted on the host's timeline. It stays out of the
 		// crash tail: the lane prints what matters there in plain text too.
-		e.Emit(o.root)
+		o.enqueue(outLine{entry: e, parsed: true})
 		return
 	}
-	if stderr {
-		o.mu.Lock()
-		o.lines[o.next] = s
-		o.next = (o.next + 1) % tailKeep
-		o.full = o.full || o.next == 0
-		if o.failure == "" && (strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ")) {
-			o.failure = s
-		}
-		log := o.log
-		o.mu.Unlock()
-		log.Warn("lane stderr", zap.String("line", s))
-		return
-	}
+	raw := s
+	s = logging.Clean(s, logging.MaxLaneText)
 	o.mu.Lock()
 	log := o.log
+	if !stderr {
+		o.mu.Unlock()
+		o.enqueue(outLine{log: log, level: zapcore.InfoLevel, msg: "lane stdout", line: s})
+		return
+	}
+	o.lines[o.next] = s
+	o.next = (o.next + 1) % tailKeep
+	o.full = o.full || o.next == 0
+	// The goroutine dump after a panic or fatal error is a hundred lines of little use in
+	// the console: the crash error carries the faulting goroutine's frames; the dump goes
+	// to Debug. The report reads the raw line (its frames' file lines start with a tab);
+	// Classify cleans what it keeps.
+	level := zapcore.WarnLevel
+	if o.crash.Line(raw) {
+		level = zapcore.DebugLevel
+	}
 	o.mu.Unlock()
-	log.Info("lane stdout", zap.String("line", s))
+	o.enqueue(outLine{log: log, level: level, msg: "lane stderr", line: s})
 }
 
-func (o *laneOutput) tail() []string {
+func (o *laneOutput) enqueue(l outLine) {
+	select {
+	case o.queue <- l:
+	default:
+		o.dropped.Add(1)
+		o.pending.Add(1)
+	}
+}
+
+// relay logs the queued lines until the output ends (close), then reports drops still
+// unreported.
+func (o *laneOutput) relay() {
+	defer close(o.relayed)
+	for l := range o.queue {
+		switch {
+		case l.parsed:
+			l.entry.Emit(o.root)
+		default:
+			if ce := l.log.Check(l.level, l.msg); ce != nil {
+				ce.Write(zap.String("line", l.line))
+			}
+		}
+		o.reportDrops()
+	}
+	o.reportDrops()
+}
+
+func (o *laneOutput) reportDrops() {
+	if n := o.pending.Swap(0); n > 0 {
+		o.mu.Lock()
+		log := o.log
+		o.mu.Unlock()
+		log.Warn("lane output: lines dropped: the log sink is too slow", zap.Uint64("dropped", n),
+			zap.Uint64("dropped_total", o.dropped.Load()))
+	}
+}
+
+// close ends the relay once the pipe readers are done (the process has been waited for).
+// It does not wait for the relay: a sink that blocks keeps only the relay goroutine.
+func (o *laneOutput) close() { close(o.queue) }
+
+// report returns the last stderr lines, the runtime's failure line and its crash account.
+func (o *laneOutput) report() (tail []string, failure string, crash []string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.full {
-		return append([]string(nil), o.lines[:o.next]...)
+		tail = append([]string(nil), o.lines[:o.next]...)
+	} else {
+		tail = append(append([]string(nil), o.lines[o.next:]...), o.lines[:o.next]...)
 	}
-	return append(append([]string(nil), o.lines[o.next:]...), o.lines[:o.next]...)
+	return tail, o.crash.Failure(), o.crash.Crash()
 }
 
 // lineWriter splits what a lane writes into lines.
@@ -421,18 +642,25 @@ type lineWriter struct {
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := strings.IndexByte(string(w.buf), '\n')
+	n := len(p)
+	// Only the new bytes are searched: a lane writing a long line a byte at a time costs
+	// the host linear time, not quadratic.
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
+			w.buf = append(w.buf, p...)
 			break
 		}
-		w.out.line(string(w.buf[:i]), w.stderr)
-		w.buf = w.buf[i+1:]
-	}
-	if len(w.buf) > 64<<10 { // an endless line is still logged, in pieces
+		w.buf = append(w.buf, p[:i]...)
 		w.out.line(string(w.buf), w.stderr)
-		w.buf = w.buf[:0]
+		w.buf, p = w.buf[:0], p[i+1:]
 	}
-	return len(p), nil
+	for len(w.buf) >= maxLine { // an endless line is still logged, in pieces
+		w.out.line(string(w.buf[:maxLine]), w.stderr)
+		w.buf = append(w.buf[:0], w.buf[maxLine:]...)
+	}
+	return n, nil
 }
+
+// maxLine is the longest piece of a line the relay takes at once.
+const maxLine = 64 << 10

@@ -1,6 +1,7 @@
 package knit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -10,12 +11,15 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
 )
 
 // A spare is a lane process started ahead of need: it has exec'd, initialised the Go runtime
-// and every package, reported so, and waits on a unix socket for a boot record. A restart that takes one
-// skips the slowest part of a process lane's start (docs/benchmarks.md, "Supervision").
+// and every package, reported so, and waits on a unix socket for a boot record. A restart
+// that takes one skips the slowest part of a process lane's start (docs/benchmarks.md,
+// "Supervision"). The socket is inherited on fd 3, or with SharedMemory Named, where a
+// wrapper may close inherited descriptors, connected through a rendezvous (shm.Rendezvous).
 type spare struct {
 	*child
 	sock *os.File // the host's end of the socket
@@ -70,6 +74,10 @@ func (p *Pool) refillSpares() {
 			s.mu.Lock()
 			s.starting--
 			switch {
+			case err != nil && s.closed:
+				// Close stopped it while it initialised: what Close is for, not a failure.
+				s.mu.Unlock()
+				p.log.Debug("spare lane process stopped by Close before it was ready", zap.Error(err))
 			case err != nil:
 				s.mu.Unlock()
 				p.log.Warn("could not start a spare lane process", zap.Error(err))
@@ -114,45 +122,107 @@ func (p *Pool) sparePIDs() []int {
 }
 
 func (p *Pool) startSpare() (*spare, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("socketpair: %w", err)
+	var (
+		host, theirs *os.File
+		rv           *shm.Rendezvous
+		files        []*os.File
+		env          = lifecycle.EnvSpare + "=1"
+	)
+	if p.cfg.Process.SharedMemory == Named {
+		// A wrapper may close inherited descriptors: the spare connects to a rendezvous
+		// for its socket instead of inheriting one.
+		var err error
+		if rv, err = shm.Listen(); err != nil {
+			return nil, err
+		}
+		env = lifecycle.EnvSpare + "=" + rv.Name()
+	} else {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("socketpair: %w", err)
+		}
+		_ = unix.SetNonblock(fds[0], true) // the host's end goes through the netpoller: deadlines work
+		host, theirs = os.NewFile(uintptr(fds[0]), "knit-spare"), os.NewFile(uintptr(fds[1]), "knit-spare-lane")
+		files = []*os.File{theirs}
 	}
-	_ = unix.SetNonblock(fds[0], true) // the host's end goes through the netpoller: deadlines work
-	host, theirs := os.NewFile(uintptr(fds[0]), "knit-spare"), os.NewFile(uintptr(fds[1]), "knit-spare-lane")
-	cmd, err := p.laneCommand([]*os.File{theirs}, lifecycle.EnvSpare+"=1")
-	if err != nil {
-		host.Close()
-		theirs.Close()
+	fail := func(err error) (*spare, error) {
+		if host != nil {
+			host.Close()
+		}
+		if rv != nil {
+			rv.Close()
+		}
 		return nil, err
+	}
+	cmd, err := p.laneCommand(files, env)
+	if err != nil {
+		if theirs != nil {
+			theirs.Close()
+		}
+		return fail(err)
 	}
 	c, err := startChild(cmd, newLaneOutput(p.root, -1))
-	theirs.Close() // the child's copy only: its death reads as end of file here
+	if theirs != nil {
+		theirs.Close() // the child's copy only: its death reads as end of file here
+	}
 	if err != nil {
-		host.Close()
-		return nil, err
+		return fail(err)
 	}
 	sp := &spare{child: c, sock: host}
 	s := &p.spares
 	s.mu.Lock()
+	if s.closed { // Close ran while it was being spawned: it would not kill this one
+		s.mu.Unlock()
+		if rv != nil {
+			rv.Close()
+		}
+		sp.kill()
+		return nil, errSparesClosed
+	}
 	if s.booting == nil {
 		s.booting = map[*spare]bool{}
 	}
 	s.booting[sp] = true
 	s.mu.Unlock()
+	unbook := func() {
+		s.mu.Lock()
+		delete(s.booting, sp)
+		s.mu.Unlock()
+	}
+	deadline := time.Now().Add(p.cfg.StartupTimeout)
+	if rv != nil {
+		// Accept ends when the spare connects, at the deadline, or when the spare dies
+		// (Close kills it meanwhile if it must).
+		accepted := make(chan struct{})
+		go func() {
+			select {
+			case <-c.waited:
+				rv.Close()
+			case <-accepted:
+			}
+		}()
+		sp.sock, err = rv.Accept(deadline, peerCheck(c.pid))
+		close(accepted)
+		if err != nil {
+			unbook()
+			sp.kill()
+			return nil, fmt.Errorf("spare did not connect: %w", err)
+		}
+	}
 	// It is a spare once it has initialised: its one-byte message says so. Close kills it
 	// meanwhile if it must; the read then fails.
-	_ = host.SetReadDeadline(time.Now().Add(p.cfg.StartupTimeout))
-	n, err := host.Read(make([]byte, 1))
-	s.mu.Lock()
-	delete(s.booting, sp)
-	s.mu.Unlock()
+	_ = sp.sock.SetReadDeadline(deadline)
+	n, err := sp.sock.Read(make([]byte, 1))
+	unbook()
 	if n != 1 {
 		sp.kill()
 		return nil, fmt.Errorf("spare did not report ready: %v", err)
 	}
 	return sp, nil
 }
+
+// errSparesClosed is a spare spawned while the pool closed.
+var errSparesClosed = errors.New("the pool is closing")
 
 // assign turns the spare into a lane: one message with the boot record and descriptors.
 func (sp *spare) assign(record []byte, region, done *os.File) error {
@@ -176,5 +246,7 @@ func (sp *spare) assign(record []byte, region, done *os.File) error {
 func (sp *spare) kill() {
 	_ = syscall.Kill(-sp.pid, syscall.SIGKILL)
 	<-sp.waited
-	sp.sock.Close()
+	if sp.sock != nil {
+		sp.sock.Close()
+	}
 }

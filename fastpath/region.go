@@ -20,7 +20,10 @@ import (
 
 // Magic opens every region ("KNIT" little-endian); Version is the protocol version.
 const (
-	Magic   uint32 = 0x54494e4b
+	Magic uint32 = 0x54494e4b
+	// Version 2: the fatal-message area no longer overlaps the boot and part words; the
+	// signal strip carries the heartbeat and running words; slot headers carry a sequence
+	// number.
 	Version uint32 = 2
 )
 
@@ -30,7 +33,7 @@ const (
 	HeaderBytes = 64  // slot header: one cache line
 	HeaderData  = 24  // bytes of a header that can carry a fixed-size value
 	line        = 64  // cache line
-	FatalBytes  = 960 // fatal-message area in the control block
+	FatalBytes  = 832 // fatal-message area: the control block's last 13 lines
 	ctrlBytes   = 1024
 
 	// Limits a reader enforces on a layout it did not build.
@@ -93,10 +96,19 @@ const (
 	offLane        = 40
 	offIncarnation = 44
 	offEpoch       = 48 // i64, host debug epoch (unix nanoseconds)
-	offParts       = 56 // u32 × nParts
+	offParts       = 56 // u32 × nParts, up to 84
 	offBoot        = 128
 	offFatalLen    = 132
-	offFatal       = ctrlBytes - FatalBytes
+	offFatal       = 192 // FatalBytes, to the end of the control block
+)
+
+// The control block's fields must not overlap: a long fatal message once overwrote the
+// boot word and its own length (protocol version 1).
+const (
+	_ uint = offBoot - (offParts + 4*nParts)
+	_ uint = offFatal - (offFatalLen + 4)
+	_ uint = ctrlBytes - (offFatal + FatalBytes)
+	_ uint = (offFatal + FatalBytes) - ctrlBytes
 )
 
 // Parts of a region, in order.

@@ -24,6 +24,8 @@ const (
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
 	// It waits on FDRegion, a unix socket, for its record and descriptors (see Assignment).
+	// Its value is "1" when the socket is inherited, or the rendezvous (shm.Dial) where the
+	// spare connects for it.
 	EnvSpare = "KNIT_SPARE"
 )
 
@@ -45,7 +47,7 @@ type Boot struct {
 	Version     uint32     `json:"version"`
 	Lane        uint32     `json:"lane"`
 	Incarnation uint32     `json:"incarnation"`
-	Shm         string     `json:"shm,omitempty"` // a named mapping; empty: inherited fd
+	Shm         string     `json:"shm,omitempty"` // a rendezvous (shm.Collect); empty: inherited fds
 	Tasks       []BootTask `json:"tasks"`
 	MaxCall     int        `json:"max_call"`
 	Spin        int64      `json:"spin_ns"`
@@ -181,16 +183,25 @@ func Serve() int {
 	return ExitStopped
 }
 
+// mapRegion maps the region the host made for this lane. With a rendezvous name in the boot
+// record (SharedMemory Named: a wrapper may have closed inherited descriptors) the lane first
+// collects the region's memfd and the completion eventfd from the host's socket and puts
+// them on FDRegion and FDDone, where an inheriting lane finds them.
 func mapRegion(b Boot) (*shm.Mapping, error) {
-	if b.Shm == "" {
-		return shm.MapFile(os.NewFile(FDRegion, "knit-region"))
+	if b.Shm != "" {
+		files, err := shm.Collect(b.Shm, 2)
+		if err != nil {
+			return nil, err
+		}
+		for i, fd := range []int{FDRegion, FDDone} {
+			err := unix.Dup3(int(files[i].Fd()), fd, 0)
+			files[i].Close()
+			if err != nil {
+				return nil, fmt.Errorf("knit lane: placing descriptor %d: %w", fd, err)
+			}
+		}
 	}
-	m, err := shm.OpenNamed(b.Shm)
-	if err != nil {
-		return nil, err
-	}
-	_ = m.Unlink() // private to this lane from now on
-	return m, nil
+	return shm.MapFile(os.NewFile(FDRegion, "knit-region"))
 }
 
 // resolveTasks maps the host's registry indices to this binary's tasks, checking that each
@@ -317,20 +328,27 @@ func (w *abortWatch) stop() {
 var errNotNeeded = errors.New("not needed")
 
 // Assignment is what the host sends a spare, in one message on its socket, once the spare has
-// reported itself initialised with a one-byte message: the boot record as
-// the message, the region's memfd (unless the record names a mapping) and the completion
-// eventfd as SCM_RIGHTS.
+// reported itself initialised with a one-byte message: the boot record as the message, the
+// region's memfd and the completion eventfd as SCM_RIGHTS. A spare has its socket, so it
+// gets its descriptors this way in either shared-memory mode.
 func Assignment(record []byte, region, done *os.File) (msg, oob []byte) {
-	fds := []int{int(done.Fd())}
-	if region != nil {
-		fds = []int{int(region.Fd()), int(done.Fd())}
-	}
-	return record, unix.UnixRights(fds...)
+	return record, unix.UnixRights(int(region.Fd()), int(done.Fd()))
 }
 
 // awaitAssignment makes a spare a lane: it waits for its Assignment and puts the record and
 // descriptors where a lane started directly finds them (EnvBoot, FDRegion, FDDone).
 func awaitAssignment() error {
+	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
+		conn, err := shm.Dial(name)
+		if err != nil {
+			return fmt.Errorf("connecting to the host: %w", err)
+		}
+		err = unix.Dup3(int(conn.Fd()), FDRegion, 0)
+		conn.Close()
+		if err != nil {
+			return err
+		}
+	}
 	// Tell the host this process is initialised: from now on taking it costs one message.
 	if _, err := unix.Write(FDRegion, []byte{1}); err != nil {
 		return fmt.Errorf("reporting ready: %w", err)
@@ -356,22 +374,16 @@ func awaitAssignment() error {
 		return fmt.Errorf("assignment without descriptors (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) < 1 || len(fds) > 2 {
+	if err != nil || len(fds) != 2 {
 		return fmt.Errorf("assignment with %d descriptors (%v)", len(fds), err)
 	}
-	if len(fds) == 2 { // the region: it replaces the socket on FDRegion
-		if err := unix.Dup3(fds[0], FDRegion, 0); err != nil {
+	// The region replaces the socket on FDRegion; the eventfd goes on FDDone.
+	for i, to := range []int{FDRegion, FDDone} {
+		if err := unix.Dup3(fds[i], to, 0); err != nil {
 			return err
 		}
-		unix.Close(fds[0])
-	} else {
-		unix.Close(FDRegion)
+		unix.Close(fds[i])
 	}
-	done := fds[len(fds)-1]
-	if err := unix.Dup3(done, FDDone, 0); err != nil {
-		return err
-	}
-	unix.Close(done)
 	_ = os.Unsetenv(EnvSpare)
 	return os.Setenv(EnvBoot, string(buf[:n]))
 }

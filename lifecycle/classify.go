@@ -2,47 +2,66 @@ package lifecycle
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/knitgo/knit/internal/logging"
 )
 
-// Exit is what the host knows when a lane has ended.
+// Exit is what the host knows when a lane has ended. Everything in it that the lane wrote
+// (Fatal, Tail, Failure, Crash) is hostile text: Classify cleans and bounds it.
 type Exit struct {
-	Lane         int
-	Stopping     bool           // the host had asked the lane to stop
-	Ready        bool           // the lane had reported ready
+	Lane     int
+	Stopping bool // the host had asked the lane to stop
+	// Ready is the host's own record that it saw the lane ready — never a word read from the
+	// lane's region when it ends, which the lane could have rewritten.
+	Ready        bool
 	Status       int            // exit status; -1 when killed by a signal
 	Signal       syscall.Signal // the signal that killed it, or 0
 	Fatal        string         // the reason the lane left in its region, if any
 	Tail         []string       // the last lines of its stderr
 	Failure      string         // the line where the Go runtime announced a panic or fatal error
+	Crash        []string       // the runtime's account after Failure: signal line, faulting goroutine's frames
 	Startup      time.Duration  // with StartupTimeout: the host gave up waiting for ready
+	Handoff      error          // the host killed it: handing it its shared memory failed
 	HardTimeout  string         // the host killed it: a call overran its hard timeout
 	Unresponsive string         // the host killed it: its heartbeat stood still
 	Corrupt      error          // the host killed it: it broke the ring protocol
 	Err          error          // waiting for it failed
 }
 
-// tailLines is how many stderr lines go into an error message.
-const tailLines = 16
+// Bounds on the lane's text in an error message: lines, bytes per line.
+const (
+	tailLines = 16
+	lineBytes = 256
+)
 
 // Classify turns an ended lane into its coded error. The first matching rule wins:
 // THREAD_CLOSED after a stop request whatever the status; WORKER_STARTUP_FAILED before
 // ready; WORKER_CRASHED for a hard timeout; WORKER_UNRESPONSIVE for a lane the host killed
 // because its heartbeat stood still; WORKER_CRASHED for a corrupt ring, a signal, a Go panic
 // or fatal error; WORKER_EXITED for any other exit, with its status.
+//
+// The message is one line (it goes into log lines as it is): the reason, then — unless the
+// lane was stopped — what the lane printed about it: the Go runtime's failure line, the
+// signal line and the faulting goroutine's frames when the runtime reported a crash,
+// otherwise the last lines of its stderr, joined with " | ".
 func Classify(x Exit) *Error {
 	e := &Error{Lane: x.Lane}
 	how := x.how()
+	failure := logging.Clean(x.Failure, lineBytes)
 	switch {
 	case x.Stopping:
 		e.Code, e.Message = CodeThreadClosed, "lane stopped ("+how+")"
 	case !x.Ready:
 		e.Code = CodeStartupFailed
 		switch {
+		case x.Handoff != nil:
+			e.Message, e.Cause = "could not hand the lane its shared memory ("+how+")", x.Handoff
 		case x.Fatal != "":
-			e.Message = x.Fatal + " (" + how + ")"
+			e.Message = logging.Clean(x.Fatal, 1024) + " (" + how + ")"
 		case x.Startup > 0:
 			e.Message = fmt.Sprintf("not ready within the startup timeout of %v", x.Startup)
 		default:
@@ -56,17 +75,32 @@ func Classify(x Exit) *Error {
 		e.Code, e.Message, e.Cause = CodeWorkerCrashed, "killed by the host: corrupt ring", x.Corrupt
 	case x.Signal != 0:
 		e.Code, e.Message = CodeWorkerCrashed, how
-	case x.Status == 2 && x.Failure != "":
-		e.Code, e.Message = CodeWorkerCrashed, x.Failure+" ("+how+")"
+	case x.Status == 2 && failure != "":
+		e.Code, e.Message = CodeWorkerCrashed, failure+" ("+how+")"
 	default:
 		e.Code, e.Message = CodeWorkerExited, "exited on its own: "+how
 	}
 	if e.Cause == nil && x.Err != nil {
 		e.Cause = x.Err
 	}
-	if len(x.Tail) > 0 && e.Code != CodeThreadClosed {
-		tail := x.Tail[max(0, len(x.Tail)-tailLines):]
-		e.Message += "\nstderr tail:\n  " + strings.Join(tail, "\n  ")
+	if e.Code == CodeThreadClosed {
+		return e
+	}
+	var lines []string
+	if failure != "" {
+		if !strings.HasPrefix(e.Message, failure) {
+			lines = append(lines, failure)
+		}
+		lines = append(lines, x.Crash...)
+	} else if len(x.Tail) > 0 {
+		lines = append(lines, "stderr tail:")
+		lines = append(lines, x.Tail[max(0, len(x.Tail)-tailLines):]...)
+	}
+	for i, l := range lines {
+		lines[i] = logging.Clean(l, lineBytes)
+	}
+	if len(lines) > 0 {
+		e.Message += " | " + strings.Join(lines, " | ")
 	}
 	return e
 }
@@ -91,4 +125,170 @@ func signalName(s syscall.Signal) string {
 		return n
 	}
 	return s.String()
+}
+
+// CrashReport reads a lane's stderr, line by line, for the Go runtime's account of a crash:
+//
+//	panic: boom                          (or "fatal error: ...": the failure line)
+//	[signal SIGSEGV: ... addr=0x0 pc=...]
+//
+//	goroutine 7 [running]:               (the faulting goroutine: the first block)
+//	main.f(...)
+//		/src/main.go:12 +0x1d
+//	...
+//
+//	goroutine 1 [chan receive]:          (every other goroutine: the rest of the dump)
+//
+// It keeps the failure line, the signal line and the first goroutine's frames, compacted
+// to "function at file:line". The zero value is ready to use; it is not safe for concurrent
+// use.
+type CrashReport struct {
+	phase   int
+	failure string
+	signal  string
+	header  string
+	frames  []frame
+	fn      string // a function line waiting for its file line
+	waited  int    // lines between the failure line and a goroutine header
+}
+
+type frame struct {
+	text    string
+	runtime bool // a frame of the runtime's own panic and signal machinery
+}
+
+const (
+	phaseBefore = iota // no failure line yet
+	phaseHeader        // after the failure line, before the first goroutine header
+	phaseFrames        // in the first goroutine's block
+	phaseRest          // the rest of the dump
+)
+
+// Bounds: lines kept from one crash report, and lines after a failure line within which a
+// goroutine header must come (otherwise the "failure" was ordinary output).
+const (
+	maxFrames  = 12
+	headerWait = 16
+)
+
+var goroutineHeader = regexp.MustCompile(`^goroutine (\d+)(?: [^\[]*)? \[([^\]]*)\]:$`)
+
+// Line reads one line. It reports whether the line is part of a runtime crash report after
+// its failure line — a line of the goroutine dump, which a host logs at Debug only.
+func (c *CrashReport) Line(s string) (dump bool) {
+	switch c.phase {
+	case phaseBefore:
+		if strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") {
+			c.failure, c.phase, c.waited = cut(s), phaseHeader, 0
+		}
+		return false
+	case phaseHeader:
+		if m := goroutineHeader.FindStringSubmatch(s); m != nil {
+			c.header, c.phase = "goroutine "+m[1]+" ["+m[2]+"]:", phaseFrames
+			return true
+		}
+		if strings.HasPrefix(s, "[signal ") && c.signal == "" {
+			c.signal = cut(s)
+		}
+		if dumpLike(s) { // the "runtime stack:" of a fatal error on the system stack, say
+			return true
+		}
+		if c.waited++; c.waited > headerWait {
+			*c = CrashReport{}
+			return c.Line(s)
+		}
+		return true
+	case phaseFrames:
+		switch {
+		case s == "":
+			c.phase = phaseRest
+		case strings.HasPrefix(s, "\t"):
+			loc := strings.TrimSpace(cut(s))
+			if i := strings.Index(loc, " +0x"); i >= 0 {
+				loc = loc[:i]
+			} else if i := strings.Index(loc, " fp="); i >= 0 {
+				loc = loc[:i]
+			}
+			if c.fn != "" && len(c.frames) < 4*maxFrames {
+				c.frames = append(c.frames, frame{text: compactFrame(c.fn) + " at " + loc, runtime: isRuntimeFrame(c.fn)})
+			}
+			c.fn = ""
+		default:
+			c.fn = cut(s)
+		}
+		return true
+	}
+	return true
+}
+
+// dumpLike reports whether a line may belong to the runtime's report before its first
+// goroutine header: a blank line, a section title, a frame or its file line.
+func dumpLike(s string) bool {
+	return s == "" || s == "runtime stack:" || strings.HasPrefix(s, "\t") || strings.HasSuffix(s, ")")
+}
+
+// compactFrame shortens a frame's function line: its arguments, hexadecimal words that mean
+// nothing to a reader of the error, become "(…)".
+func compactFrame(fn string) string {
+	if !strings.HasSuffix(fn, ")") || strings.HasPrefix(fn, "created by ") {
+		return fn
+	}
+	depth := 0
+	for i := len(fn) - 1; i >= 0; i-- {
+		switch fn[i] {
+		case ')':
+			depth++
+		case '(':
+			if depth--; depth == 0 {
+				if i+2 == len(fn) {
+					return fn
+				}
+				return fn[:i] + "(…)"
+			}
+		}
+	}
+	return fn
+}
+
+// cut bounds what a report keeps of one line (a lane's line can be 64 KiB): Classify cuts
+// again, to lineBytes, once cleaned.
+func cut(s string) string { return s[:min(len(s), 4*lineBytes)] }
+
+func isRuntimeFrame(fn string) bool {
+	return strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "panic(")
+}
+
+// Failure is the failure line ("panic: ...", "fatal error: ..."), or "".
+func (c *CrashReport) Failure() string { return c.failure }
+
+// Crash is what followed the failure line: the signal line, if any, the faulting
+// goroutine's header and its frames — the runtime's own panic and signal frames left out
+// when there are others — at most maxFrames of them.
+func (c *CrashReport) Crash() []string {
+	if c.failure == "" {
+		return nil
+	}
+	var out []string
+	if c.signal != "" {
+		out = append(out, c.signal)
+	}
+	if c.header == "" {
+		return out
+	}
+	out = append(out, c.header)
+	user := 0
+	for _, f := range c.frames {
+		if !f.runtime {
+			user++
+		}
+	}
+	n := 0
+	for _, f := range c.frames {
+		if (f.runtime && user > 0) || n == maxFrames {
+			continue
+		}
+		out = append(out, f.text)
+		n++
+	}
+	return out
 }

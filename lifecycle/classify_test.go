@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestClassify(t *testing.T) {
@@ -30,6 +31,13 @@ func TestClassify(t *testing.T) {
 		{"exit 2 without a Go failure", Exit{Ready: true, Status: 2}, CodeWorkerExited, []string{"exit status 2"}},
 		{"os.Exit(3)", Exit{Ready: true, Status: 3}, CodeWorkerExited, []string{"exit status 3"}},
 		{"exit 0 on its own", Exit{Ready: true, Status: 0}, CodeWorkerExited, []string{"exit status 0"}},
+		{"hand-off refused", Exit{Status: -1, Signal: syscall.SIGKILL, Handoff: errors.New("peer pid 9 is not the lane")}, CodeStartupFailed, []string{"shared memory", "peer pid 9"}},
+		{"crash report instead of the tail", Exit{Ready: true, Status: 2, Failure: "fatal error: fault",
+			Crash: []string{"[signal SIGSEGV: segmentation violation]", "goroutine 7 [running]:", "main.fault() at /x/main.go:11"},
+			Tail:  []string{"goroutine 9 [select]:", "knit.(*abortWatch).run() at /y.go:3"}},
+			CodeWorkerCrashed, []string{"fatal error: fault (exit status 2) | [signal SIGSEGV", "goroutine 7 [running]: | main.fault() at /x/main.go:11"}},
+		{"panic before ready", Exit{Status: 2, Failure: "panic: init failed", Crash: []string{"goroutine 1 [running]:", "main.init() at /m.go:3"}},
+			CodeStartupFailed, []string{"exited before ready: exit status 2 | panic: init failed | goroutine 1 [running]: | main.init() at /m.go:3"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,6 +51,9 @@ func TestClassify(t *testing.T) {
 					t.Errorf("%q lacks %q", e.Error(), w)
 				}
 			}
+			if strings.Contains(e.Error(), "\n") || strings.Contains(e.Error(), "abortWatch") {
+				t.Errorf("%q is not one line of the relevant text", e.Error())
+			}
 		})
 	}
 }
@@ -55,4 +66,162 @@ func TestErrorIsByCode(t *testing.T) {
 	if got := e.Error(); !strings.Contains(got, "WORKER_CRASHED") || !strings.Contains(got, "lane 1") {
 		t.Fatalf("Error() = %q", got)
 	}
+}
+
+// TestClassifyCleansLaneText: what the lane wrote reaches the error as printable text, bounded.
+func TestClassifyCleansLaneText(t *testing.T) {
+	hostile := "bad\x1b[2J\n\xff" + strings.Repeat("x", 10_000)
+	for _, x := range []Exit{
+		{Status: 78, Fatal: hostile},
+		{Status: 1, Tail: []string{hostile, hostile}},
+		{Ready: true, Status: 2, Failure: "panic: " + hostile, Crash: []string{hostile}},
+	} {
+		msg := Classify(x).Error()
+		if strings.ContainsAny(msg, "\n\x1b") || !utf8.ValidString(msg) || len(msg) > 4096 {
+			t.Errorf("message not cleaned or not bounded (%d bytes): %.200q", len(msg), msg)
+		}
+		if !strings.Contains(msg, `bad\x1b[2J\n\xff`) {
+			t.Errorf("message lost the escaped text: %.200q", msg)
+		}
+	}
+}
+
+// Crash reports as Go 1.26 prints them.
+const (
+	faultReport = `unexpected fault address 0x7fd479c3d000
+fatal error: fault
+[signal SIGSEGV: segmentation violation code=0x2 addr=0x7fd479c3d000 pc=0x489ed9]
+
+goroutine 1 gp=0x22bb9529c1e0 m=0 mp=0x5592c0 [running]:
+runtime.throw({0x4aaeeb?, 0x0?})
+	/usr/local/go/src/runtime/panic.go:1229 +0x48 fp=0x22bb95318e78 sp=0x22bb95318e48 pc=0x477be8
+runtime.sigpanic()
+	/usr/local/go/src/runtime/signal_unix.go:945 +0x285 fp=0x22bb95318ed8 sp=0x22bb95318e78 pc=0x478e45
+main.fault()
+	/tmp/crashgen/main.go:11 +0x39 fp=0x22bb95318f18 sp=0x22bb95318ed8 pc=0x489ed9
+main.main()
+	/tmp/crashgen/main.go:20 +0xd9 fp=0x22bb95318f48 sp=0x22bb95318f18 pc=0x489fd9
+runtime.main()
+	/usr/local/go/src/runtime/proc.go:290 +0x2d5 fp=0x22bb95318fe0 sp=0x22bb95318f48 pc=0x447ad5
+runtime.goexit({})
+	/usr/local/go/src/runtime/asm_amd64.s:1771 +0x1 fp=0x22bb95318fe8 sp=0x22bb95318fe0 pc=0x47d7c1
+
+goroutine 2 gp=0x22bb9529c780 m=nil [force gc (idle)]:
+runtime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)
+	/usr/local/go/src/runtime/proc.go:462 +0xce fp=0x22bb952d2fa8 sp=0x22bb952d2f88 pc=0x477cce
+created by runtime.init.7 in goroutine 1
+	/usr/local/go/src/runtime/proc.go:363 +0x1a
+
+goroutine 9 [select]:
+github.com/knitgo/knit/lifecycle.(*abortWatch).run()
+	/k/lifecycle/boot.go:280 +0x1a
+`
+	goPanicReport = `some output first
+panic: lost
+
+goroutine 20 [running]:
+main.main.func2()
+	/tmp/crashgen/main.go:26 +0x25
+created by main.main in goroutine 1
+	/tmp/crashgen/main.go:26 +0x70
+
+goroutine 1 [chan receive]:
+main.main()
+	/tmp/crashgen/main.go:27 +0x99
+`
+)
+
+const oomReport = `fatal error: runtime: out of memory
+
+runtime stack:
+runtime.throw({0x4923d2?, 0x60000000?})
+	/usr/local/go/src/runtime/panic.go:1229 +0x48 fp=0x7ffefd9e2ae0 sp=0x7ffefd9e2ab0 pc=0x472188
+runtime.sysMapOS(0x7f2658265000, 0x1000, {0x4905a0, 0xa})
+	/usr/local/go/src/runtime/mem_linux.go:175 +0x13b fp=0x7ffefd9e2b20 sp=0x7ffefd9e2ae0 pc=0x41fa7b
+runtime.sysMap(0x7f2658265000, 0x1000, 0x5dc00000?, {0x4905a0, 0xa})
+	/usr/local/go/src/runtime/mem.go:279 +0x45 fp=0x7ffefd9e2b50 sp=0x7ffefd9e2b20 pc=0x41f305
+runtime.(*pageAlloc).sysGrow(0x52d6e8, 0x1a325b000000, 0x1a32b8c00000)
+	/usr/local/go/src/runtime/mpagealloc_64bit.go:179 +0x3b1 fp=0x7ffefd9e2bc8 sp=0x7ffefd9e2b50 pc=0x438c11
+runtime.(*pageAlloc).grow(0x52d6e8, 0x5dc00000?, 0x5dc00000)
+	/usr/local/go/src/runtime/mpagealloc.go:374 +0x69 fp=0x7ffefd9e2c40 sp=0x7ffefd9e2bc8 pc=0x4360e9
+runtime.(*mheap).grow(0x52d6e0?, 0x2ee00?)
+	/usr/local/go/src/runtime/mheap.go:1644 +0x2fc fp=0x7ffefd9e2cd0 sp=0x7ffefd9e2c40 pc=0x4340fc
+runtime.(*mheap).allocSpan(0x52d6e0, 0x2ee00, 0x0, 0x1)
+	/usr/local/go/src/runtime/mheap.go:1299 +0x1b3 fp=0x7ffefd9e2d80 sp=0x7ffefd9e2cd0 pc=0x433653
+runtime.(*mheap).alloc.func1()
+	/usr/local/go/src/runtime/mheap.go:1017 +0x5c fp=0x7ffefd9e2dc8 sp=0x7ffefd9e2d80 pc=0x43311c
+runtime.systemstack(0x47985f)
+	/usr/local/go/src/runtime/asm_amd64.s:562 +0x4a fp=0x7ffefd9e2dd8 sp=0x7ffefd9e2dc8 pc=0x475b2a
+
+goroutine 1 gp=0x1a325ae701e0 m=0 mp=0x5256a0 [running]:
+runtime.systemstack_switch()
+	/usr/local/go/src/runtime/asm_amd64.s:516 +0x8 fp=0x1a325aea45d8 sp=0x1a325aea45c8 pc=0x475ac8
+runtime.mallocgc(0x5dc00000, 0x481260, 0x1)
+	/usr/local/go/src/runtime/malloc.go:1156 +0xd3 fp=0x1a325aea46f8 sp=0x1a325aea46c8 pc=0x4716b3
+main.main()
+	/tmp/crashgen/main.go:4 +0x25 fp=0x1a325aea4748 sp=0x1a325aea4720 pc=0x47a765
+runtime.main()
+	/usr/local/go/src/runtime/proc.go:290 +0x2d5 fp=0x1a325aea47e0 sp=0x1a325aea4748 pc=0x443ef5
+`
+
+func TestCrashReport(t *testing.T) {
+	cases := []struct {
+		name, report, failure string
+		crash                 []string
+		logged                int // lines not in the dump
+	}{
+		{"fault", faultReport, "fatal error: fault", []string{
+			"[signal SIGSEGV: segmentation violation code=0x2 addr=0x7fd479c3d000 pc=0x489ed9]",
+			"goroutine 1 [running]:",
+			"main.fault() at /tmp/crashgen/main.go:11",
+			"main.main() at /tmp/crashgen/main.go:20",
+		}, 2},
+		{"goroutine panic", goPanicReport, "panic: lost", []string{
+			"goroutine 20 [running]:",
+			"main.main.func2() at /tmp/crashgen/main.go:26",
+			"created by main.main in goroutine 1 at /tmp/crashgen/main.go:26",
+		}, 2},
+		{"no crash", "hello\nworld\n", "", nil, 2},
+		{"fatal error on the system stack", oomReport, "fatal error: runtime: out of memory", []string{
+			"goroutine 1 [running]:", "main.main() at /tmp/crashgen/main.go:4"}, 1},
+		{"arguments", "panic: x\n\ngoroutine 5 [running]:\npkg.(*T[...]).f(0xc000, {0x1, 0x2})\n\t/p.go:3 +0x1\n",
+			"panic: x", []string{"goroutine 5 [running]:", "pkg.(*T[...]).f(…) at /p.go:3"}, 1},
+		{"a line that only looks like one", "panic: not really\n" + strings.Repeat("more output\n", 20) + "panic: real\n\ngoroutine 3 [running]:\nmain.f()\n\t/m.go:1 +0x1\n",
+			"panic: real", []string{"goroutine 3 [running]:", "main.f() at /m.go:1"}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c CrashReport
+			logged := 0
+			for _, l := range strings.Split(strings.TrimSuffix(tc.report, "\n"), "\n") {
+				if !c.Line(l) {
+					logged++
+				}
+			}
+			if c.Failure() != tc.failure {
+				t.Errorf("failure %q, want %q", c.Failure(), tc.failure)
+			}
+			if got := c.Crash(); strings.Join(got, "\n") != strings.Join(tc.crash, "\n") {
+				t.Errorf("crash\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.crash, "\n"))
+			}
+			if tc.logged > 0 && logged != tc.logged {
+				t.Errorf("%d lines outside the dump, want %d", logged, tc.logged)
+			}
+		})
+	}
+}
+
+func FuzzCrashReport(f *testing.F) {
+	f.Add(faultReport)
+	f.Add(goPanicReport)
+	f.Fuzz(func(t *testing.T, s string) {
+		var c CrashReport
+		for _, l := range strings.Split(s, "\n") {
+			c.Line(l)
+		}
+		if n := len(c.Crash()); n > maxFrames+2 {
+			t.Fatalf("%d crash lines", n)
+		}
+		_ = Classify(Exit{Ready: true, Status: 2, Failure: c.Failure(), Crash: c.Crash()}).Error()
+	})
 }

@@ -1,7 +1,8 @@
 // Isolation runs tasks that crash their lane in every way a Go process can die — a memory
-// fault, os.Exit, a panic in a goroutine nobody recovers — on process lanes, and shows the
-// host serving on: each failure comes back as a coded error, and a task panic that the lane
-// can recover fails only its own call.
+// fault, os.Exit, a panic in a goroutine nobody recovers, running out of the memory its
+// Process.Prefix allows — on process lanes, and shows the host serving on: each failure comes
+// back as a coded error naming the faulting frame, and a task panic that the lane can recover
+// fails only its own call.
 package main
 
 import (
@@ -10,6 +11,8 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 
 	"github.com/knitgo/knit"
@@ -41,6 +44,10 @@ var (
 	taskPanic = knit.Define("isolation.panic", func(context.Context, int) (int, error) {
 		panic("recovered by the lane")
 	})
+	// hog asks for n bytes of heap (never touched: a limit refuses it before any is used).
+	hog = knit.Define("isolation.hog", func(_ context.Context, n int) (int, error) {
+		return len(make([]byte, n)), nil
+	})
 )
 
 func main() {
@@ -56,7 +63,7 @@ func main() {
 	report := func(what string, err error) {
 		var ke *knit.Error
 		if errors.As(err, &ke) {
-			fmt.Printf("%-28s -> %s on lane %d\n", what, ke.Code, ke.Lane)
+			fmt.Printf("%-28s -> %s on lane %d%s\n", what, ke.Code, ke.Lane, where(ke.Message))
 			return
 		}
 		fmt.Printf("%-28s -> %v\n", what, err)
@@ -75,4 +82,34 @@ func main() {
 	for _, l := range pool.Stats().Lanes {
 		fmt.Printf("lane %d: %s\n", l.Lane, l.State)
 	}
+
+	// Memory: a lane limited to 500 MB of heap (RLIMIT_DATA; not --as, which an idle Go
+	// process's 1.7 GB of reserved address space already exceeds) asks for 1 GB.
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		fmt.Println("prlimit is not installed: skipping the memory limit")
+		return
+	}
+	limited, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process,
+		Process: knit.ProcessConfig{Prefix: []string{"prlimit", "--data=500000000"}}}, add, hog)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limited.Close(ctx)
+	_, err = hog.Call(ctx, limited, 1<<30)
+	report("1 GB over a 500 MB limit", err)
+	sum, err = add.Call(ctx, limited, [2]int64{40, 2})
+	fmt.Printf("%-28s -> %d, %v\n", "the limited lane is back", sum, err)
+}
+
+// where picks the failure line and the first frame of the faulting goroutine out of a crash
+// message ("fatal error: fault (exit status 2) | [signal ...] | goroutine 1 [running]: |
+// main.init.func2(…) at /src/main.go:24 | ...").
+func where(msg string) string {
+	parts := strings.Split(msg, " | ")
+	for i, p := range parts {
+		if strings.HasPrefix(p, "goroutine ") && i+1 < len(parts) {
+			return ": " + parts[0] + ", in " + parts[i+1]
+		}
+	}
+	return ""
 }

@@ -272,9 +272,18 @@ func rawField(key string, raw json.RawMessage) (zap.Field, bool) {
 // namespace and at its level (DPanic, Panic and Fatal come in as Error: a lane must not
 // panic or end the host), with lane, incarnation, pid, lane_t (the lane's time since the
 // host's epoch, beside the host's own timestamp) and the lane's fields.
+//
+// The lane chose the message and the namespace: a console encoder writes both unescaped, so
+// the message goes through Clean and a namespace that is not a plain name (letters, digits,
+// '.', '_', '-', at most 32 bytes) is not used as one; it is kept, cleaned, as field "ns".
+// Field values are escaped by every zap encoder.
 func (e LaneEntry) Emit(l *zap.Logger) {
-	if e.NS != "" {
+	var nsField []zap.Field
+	switch {
+	case plainName(e.NS):
 		l = l.Named(e.NS)
+	case e.NS != "":
+		nsField = []zap.Field{zap.String("ns", Clean(e.NS, 64))}
 	}
 	lvl := e.Level
 	if lvl > zapcore.ErrorLevel {
@@ -283,13 +292,29 @@ func (e LaneEntry) Emit(l *zap.Logger) {
 	if lvl < zapcore.DebugLevel {
 		lvl = zapcore.DebugLevel
 	}
-	ce := l.Check(lvl, e.Message)
+	ce := l.Check(lvl, Clean(e.Message, MaxLaneText))
 	if ce == nil {
 		return
 	}
-	fields := make([]zap.Field, 0, 4+len(e.Fields))
+	fields := make([]zap.Field, 0, 5+len(e.Fields))
 	fields = append(fields,
 		zap.Int("lane", e.Lane), zap.Int("incarnation", e.Incarnation), zap.Int("pid", e.PID),
 		zap.Duration("lane_t", e.Time))
-	ce.Write(append(fields, e.Fields...)...)
+	ce.Write(append(append(fields, nsField...), e.Fields...)...)
+}
+
+// MaxLaneText bounds one piece of text a lane chose (a message, a line) in the host's logs.
+const MaxLaneText = 4096
+
+// plainName reports whether ns can name a logger: a console encoder prints names raw.
+func plainName(ns string) bool {
+	if ns == "" || len(ns) > 32 {
+		return false
+	}
+	for _, c := range []byte(ns) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

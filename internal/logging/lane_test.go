@@ -257,3 +257,24 @@ func TestHostTimeline(t *testing.T) {
 		}
 	}
 }
+
+// TestEmitHostileText: a lane's message and namespace cannot break a console line in two or
+// reach the terminal as an escape sequence.
+func TestEmitHostileText(t *testing.T) {
+	line := `{"knit":1,"t":1,"level":"warn","ns":"x\n\u001b[2Jfake","msg":"one\nINFO\tforged line\u001b[31m","lane":0,"incarnation":0,"pid":1}`
+	e, ok := ParseLaneLine(line)
+	if !ok {
+		t.Fatalf("ParseLaneLine(%s) failed", line)
+	}
+	var buf bytes.Buffer
+	e.Emit(zap.New(NewCore(&buf, 0)).Named(Root))
+	out := strings.TrimSuffix(buf.String(), "\n")
+	if strings.ContainsAny(out, "\n\x1b") {
+		t.Fatalf("console line carries raw control characters: %q", out)
+	}
+	for _, want := range []string{`one\nINFO forged line\x1b[31m`, `"ns": "x\\n\\x1b[2Jfake"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("console line %q lacks %q", out, want)
+		}
+	}
+}

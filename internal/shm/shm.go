@@ -1,5 +1,10 @@
-// Package shm maps shared memory for knit's fast path: memfd and named POSIX-style mappings,
-// plus typed atomic views of mapped words. It must never interpret the bytes it maps.
+// Package shm maps shared memory for knit's fast path: sealed memfd mappings, the named
+// rendezvous that hands them to a process that cannot inherit descriptors, the sweep of
+// names a dead host left behind, plus typed atomic views of mapped words.
+//
+// It must never interpret the bytes it maps, and never hand another process a file that
+// process could resize under a mapping of this one (a Go program does not survive the
+// SIGBUS that follows).
 package shm
 
 import (
@@ -19,13 +24,10 @@ const maxSize = 1 << 32
 // Mapping is a MAP_SHARED|PROT_READ|PROT_WRITE mapping of a file.
 // Its methods are safe for concurrent use; the bytes themselves are the caller's business.
 type Mapping struct {
-	mu            sync.Mutex
-	data          []byte
-	file          *os.File
-	name          string // named mappings only: the entry under /dev/shm
-	unlinkOnClose bool   // the creator of a named mapping removes it on Close
-	unlinked      bool
-	closed        bool
+	mu     sync.Mutex
+	data   []byte
+	file   *os.File
+	closed bool
 }
 
 // Bytes returns the mapped memory, or nil after Close. Using it after Close faults.
@@ -42,9 +44,6 @@ func (m *Mapping) File() *os.File {
 	defer m.mu.Unlock()
 	return m.file
 }
-
-// Name returns the /dev/shm entry name of a named mapping, or "" for a memfd or MapFile mapping.
-func (m *Mapping) Name() string { return m.name }
 
 func checkSize(size int64) error {
 	limit := int64(maxSize)

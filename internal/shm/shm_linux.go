@@ -3,99 +3,47 @@
 package shm
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-const (
-	shmDir      = "/dev/shm"
-	namePrefix  = "knit-"
-	createTries = 8
-)
+// seals is what CreateMemfd seals a memory file with: its size can never change again
+// (F_SEAL_SHRINK, F_SEAL_GROW), and no seal can be added or removed (F_SEAL_SEAL).
+const seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
-// CreateMemfd creates an anonymous memory file (memfd_create with MFD_CLOEXEC) of size bytes
-// and maps it. name only labels the file in /proc/<pid>/fd.
+// CreateMemfd creates an anonymous memory file (memfd_create with MFD_CLOEXEC and
+// MFD_ALLOW_SEALING) of size bytes, seals its size (seals) and maps it. name only labels the
+// file in /proc/<pid>/fd.
+//
+// The seals are what make it safe to share: a process that holds the file — a lane, which
+// may be hostile — cannot truncate it under the creator's mapping. Without them an ftruncate
+// to 0 would make the creator's next access to the mapping fault with SIGBUS, which a Go
+// program cannot survive. ftruncate on a sealed file fails with EPERM.
 func CreateMemfd(name string, size int) (*Mapping, error) {
 	if err := checkSize(int64(size)); err != nil {
 		return nil, err
 	}
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("knit/shm: memfd_create: %w", err)
 	}
-	data, err := truncateAndMap(fd, size)
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("knit/shm: ftruncate: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("knit/shm: sealing the memfd: %w", err)
+	}
+	data, err := mmap(fd, size)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
 	return &Mapping{data: data, file: os.NewFile(uintptr(fd), "memfd:"+name)}, nil
-}
-
-// CreateNamed creates /dev/shm/knit-<pid>-<16 random hex digits> (mode 0600, O_EXCL) of
-// size bytes and maps it; the creator's pid in the name tells whose an entry is. The entry is removed by Unlink or Close, whichever comes first.
-func CreateNamed(size int) (*Mapping, error) {
-	if err := checkSize(int64(size)); err != nil {
-		return nil, err
-	}
-	var (
-		name, path string
-		fd         int
-		err        error
-	)
-	for range createTries {
-		var r [8]byte
-		rand.Read(r[:])
-		name = namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(r[:])
-		path = shmDir + "/" + name
-		fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-		if !errors.Is(err, unix.EEXIST) {
-			break
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("knit/shm: create %s: %w", path, err)
-	}
-	fail := func(err error) (*Mapping, error) {
-		unix.Close(fd)
-		unix.Unlink(path)
-		return nil, err
-	}
-	// The umask may have narrowed the mode; make it exactly 0600.
-	if err := unix.Fchmod(fd, 0o600); err != nil {
-		return fail(fmt.Errorf("knit/shm: fchmod %s: %w", path, err))
-	}
-	data, err := truncateAndMap(fd, size)
-	if err != nil {
-		return fail(err)
-	}
-	return &Mapping{data: data, file: os.NewFile(uintptr(fd), path), name: name, unlinkOnClose: true}, nil
-}
-
-// OpenNamed maps the existing entry /dev/shm/<name>, at its current size. name must start
-// with "knit-" and contain neither '/' nor "..". Close does not remove the entry; Unlink does.
-func OpenNamed(name string) (*Mapping, error) {
-	if !strings.HasPrefix(name, namePrefix) || len(name) == len(namePrefix) ||
-		strings.ContainsAny(name, "/\x00") || strings.Contains(name, "..") {
-		return nil, fmt.Errorf("knit/shm: invalid mapping name %q", name)
-	}
-	path := shmDir + "/" + name
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, fmt.Errorf("knit/shm: open %s: %w", path, err)
-	}
-	data, err := statAndMap(fd)
-	if err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return &Mapping{data: data, file: os.NewFile(uintptr(fd), path), name: name}, nil
 }
 
 // MapFile maps f, typically a descriptor inherited from a parent process, at its current size.
@@ -120,27 +68,7 @@ func MapFile(f *os.File) (*Mapping, error) {
 	return &Mapping{data: data, file: f}, nil
 }
 
-// Unlink removes the /dev/shm entry of a named mapping now; the mapping itself stays usable.
-// It is idempotent, and a no-op for memfd and MapFile mappings.
-func (m *Mapping) Unlink() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.unlinkLocked()
-}
-
-func (m *Mapping) unlinkLocked() error {
-	if m.name == "" || m.unlinked {
-		return nil
-	}
-	m.unlinked = true
-	if err := unix.Unlink(shmDir + "/" + m.name); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("knit/shm: unlink %s: %w", m.name, err)
-	}
-	return nil
-}
-
-// Close unmaps the memory, closes the file and, for a named mapping made by CreateNamed that
-// is still linked, removes its /dev/shm entry. It is idempotent.
+// Close unmaps the memory and closes the file. It is idempotent.
 func (m *Mapping) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -161,17 +89,7 @@ func (m *Mapping) Close() error {
 		}
 		m.file = nil
 	}
-	if m.unlinkOnClose {
-		errs = append(errs, m.unlinkLocked())
-	}
 	return errors.Join(errs...)
-}
-
-func truncateAndMap(fd, size int) ([]byte, error) {
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		return nil, fmt.Errorf("knit/shm: ftruncate: %w", err)
-	}
-	return mmap(fd, size)
 }
 
 func statAndMap(fd int) ([]byte, error) {

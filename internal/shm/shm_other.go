@@ -2,16 +2,13 @@
 
 package shm
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // CreateMemfd is not supported on this platform: it returns ErrUnsupported.
 func CreateMemfd(name string, size int) (*Mapping, error) { return nil, ErrUnsupported }
-
-// CreateNamed is not supported on this platform: it returns ErrUnsupported.
-func CreateNamed(size int) (*Mapping, error) { return nil, ErrUnsupported }
-
-// OpenNamed is not supported on this platform: it returns ErrUnsupported.
-func OpenNamed(name string) (*Mapping, error) { return nil, ErrUnsupported }
 
 // MapFile is not supported on this platform: it closes f and returns ErrUnsupported.
 func MapFile(f *os.File) (*Mapping, error) {
@@ -21,8 +18,40 @@ func MapFile(f *os.File) (*Mapping, error) {
 	return nil, ErrUnsupported
 }
 
-// Unlink returns ErrUnsupported.
-func (m *Mapping) Unlink() error { return ErrUnsupported }
-
 // Close returns ErrUnsupported.
 func (m *Mapping) Close() error { return ErrUnsupported }
+
+// Rendezvous is not supported on this platform.
+type Rendezvous struct{}
+
+// Peer is who connected to a rendezvous.
+type Peer struct{ PID, UID int }
+
+// Listen is not supported on this platform: it returns ErrUnsupported.
+func Listen() (*Rendezvous, error) { return nil, ErrUnsupported }
+
+// Name returns "".
+func (r *Rendezvous) Name() string { return "" }
+
+// Accept returns ErrUnsupported.
+func (r *Rendezvous) Accept(time.Time, func(Peer) error) (*os.File, error) {
+	return nil, ErrUnsupported
+}
+
+// SendFiles returns ErrUnsupported.
+func SendFiles(*os.File, time.Time, []byte, ...int) error { return ErrUnsupported }
+
+// Dial returns ErrUnsupported.
+func Dial(string) (*os.File, error) { return nil, ErrUnsupported }
+
+// Hand returns ErrUnsupported.
+func (r *Rendezvous) Hand(time.Time, func(Peer) error, ...*os.File) error { return ErrUnsupported }
+
+// Close returns ErrUnsupported.
+func (r *Rendezvous) Close() error { return ErrUnsupported }
+
+// Collect is not supported on this platform: it returns ErrUnsupported.
+func Collect(name string, n int) ([]*os.File, error) { return nil, ErrUnsupported }
+
+// Sweep does nothing on this platform.
+func Sweep() ([]string, error) { return nil, nil }

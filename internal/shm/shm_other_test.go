@@ -11,7 +11,7 @@ func TestUnsupported(t *testing.T) {
 	if _, err := CreateMemfd("knit", 4096); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("CreateMemfd: %v", err)
 	}
-	if _, err := CreateNamed(4096); !errors.Is(err, ErrUnsupported) {
-		t.Fatalf("CreateNamed: %v", err)
+	if _, err := Listen(); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Listen: %v", err)
 	}
 }
