@@ -191,6 +191,7 @@ func (l *lane) submit(c call) (queued bool, err error) {
 
 // enqueue appends an accepted call to the backlog. Called with mu held.
 func (l *lane) enqueue(c call) {
+	c.seq.Store(0) // not published: it has not started, whatever it carried before
 	l.backlog[(l.head+l.n)%len(l.backlog)] = c
 	l.n++
 	l.queued.Swap(int32(l.n)) // a full barrier before the flush's reload of the consumer word
@@ -200,8 +201,12 @@ func (l *lane) enqueue(c call) {
 // lane that ends finds every call it held.
 func (l *lane) accept(c *call) {
 	c.lane.Store(l.key)
-	if l.proc != nil && c.cancellable {
-		c.abort.Store(l.proc.allocAbort(c.def.Index(), c.id))
+	if l.proc != nil {
+		bit := int32(-1)
+		if c.cancellable {
+			bit = l.proc.allocAbort(c.def.Index(), c.id)
+		}
+		c.abort.Store(bit)
 	}
 	l.inflight.Add(1)
 }
@@ -317,6 +322,9 @@ func (l *lane) drain() {
 		}
 		if l.queued.Load() > 0 {
 			l.flush()
+		}
+		if l.proc != nil || l.ret.Peek() == 0 {
+			return
 		}
 	}
 }

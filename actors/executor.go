@@ -105,8 +105,8 @@ func (e *Executor) Run() error {
 			if t == nil {
 				return fmt.Errorf("%w: function index %d is not served", fastpath.ErrCorrupt, w.fn)
 			}
-			// One store before and one after each call: if the lane dies, the host knows
-			// which calls had started and which it may run elsewhere.
+			// One store before each call: if the lane dies, the host knows which calls had
+			// started and which it may run elsewhere.
 			running.Store(fastpath.RunningWord(w.seq, true))
 			var out []byte
 			var o Outcome
@@ -134,7 +134,6 @@ func (e *Executor) Run() error {
 			// rest of its burst would be lost with the lane, and its call with it.
 			ret.Publish(j)
 			e.signal()
-			running.Store(fastpath.RunningWord(w.seq, false))
 		}
 	}
 }

@@ -339,11 +339,15 @@ const (
 )
 
 // Start prepares a fresh record for a call with two references (caller and dispatch).
+//
+// A free record's Lane is -1 already (every settle path leaves it so, and Alloc starts it
+// so); its Abort is set by the lane that takes it. Stores cost a full barrier each on the
+// call path: Start does only the ones it must.
 func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 	r.ctx, r.In = ctx, in
-	r.owner.Store(owner)
-	r.Lane.Store(-1)
-	r.Abort.Store(-1)
+	if r.owner.Load() != owner {
+		r.owner.Store(owner)
+	}
 	r.deaths = 0
 	r.refs.Store(2)
 	r.state.Store(statePending)
@@ -440,6 +444,8 @@ func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
 	}
 	r := &chunk[t.n&(chunkSize-1)]
 	r.ID, r.done, r.table = t.n, make(chan struct{}, 1), t
+	r.Lane.Store(-1)
+	r.Abort.Store(-1)
 	t.n++
 	return r, nil
 }
@@ -453,8 +459,6 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 	var zeroOut Out
 	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil
 	r.Hard = time.Time{}
-	r.owner.Store(0)
-	r.Seq.Store(0)
 	if cap(r.Enc) > maxKeptEncoding {
 		r.Enc = nil
 	}
