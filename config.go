@@ -1,12 +1,14 @@
 package knit
 
 import (
+	"fmt"
 	"runtime"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
 
+	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/supervisor"
 )
 
@@ -232,4 +234,31 @@ func (c Config) withDefaults() Config {
 		c.Payload.MaxCall = c.Payload.Arena
 	}
 	return c
+}
+
+// checkOptions refuses task options that cannot mean anything: a negative Timeout or
+// HardTimeout (zero means none).
+func checkOptions(o *actors.Options) error {
+	switch {
+	case o.Timeout < 0:
+		return fmt.Errorf("Timeout %v is negative (0 means none)", o.Timeout)
+	case o.HardTimeout < 0:
+		return fmt.Errorf("HardTimeout %v is negative (0 means none)", o.HardTimeout)
+	}
+	return nil
+}
+
+// checkTasks refuses what NewPool cannot serve: no task at all, or a nil one (a nil *Task,
+// or a Task value not made by Define).
+func checkTasks(tasks []Definition) error {
+	if len(tasks) == 0 {
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+	}
+	for i, t := range tasks {
+		if t == nil || t.actorsDef() == nil {
+			return &Error{Code: CodePoolUnavailable, Lane: -1,
+				Message: fmt.Sprintf("NewPool: task %d of %d is nil (tasks come from knit.Define)", i+1, len(tasks))}
+		}
+	}
+	return nil
 }

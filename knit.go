@@ -22,6 +22,7 @@ package knit
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -119,7 +120,13 @@ func WithCodec(c any) TaskOption {
 func Define[In, Out any](name string, fn func(context.Context, In) (Out, error), opts ...TaskOption) *Task[In, Out] {
 	var o actors.Options
 	for _, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("knit: task %q: a nil TaskOption", name))
+		}
 		opt(&o)
+	}
+	if err := checkOptions(&o); err != nil {
+		panic(fmt.Sprintf("knit: task %q: %v", name, err))
 	}
 	return &Task[In, Out]{def: actors.Define(name, fn, o)}
 }
@@ -134,7 +141,12 @@ func (t *Task[In, Out]) Fingerprint() uint64 { return t.def.Fingerprint() }
 // definition lets NewPool take tasks of any type.
 type definition interface{ actorsDef() actors.Def }
 
-func (t *Task[In, Out]) actorsDef() actors.Def { return t.def }
+func (t *Task[In, Out]) actorsDef() actors.Def {
+	if t == nil || t.def == nil { // a nil *Task, or a Task not made by Define
+		return nil
+	}
+	return t.def
+}
 
 // Main must be the first statement of main (and of TestMain in tests that use process
 // lanes). In a process started as a lane it serves tasks and exits; in the host it returns
