@@ -262,3 +262,18 @@ func checkTasks(tasks []Definition) error {
 	}
 	return nil
 }
+
+// checkPortable refuses, for a pool with process lanes, a task whose values would not
+// cross a process boundary intact (see actors.CheckPortable). Goroutine lanes pass values
+// by reference: any type will do.
+func checkPortable(cfg Config, defs []actors.Def) error {
+	if cfg.Runtime != Process {
+		return nil
+	}
+	for _, d := range defs {
+		if err := actors.CheckPortable(d); err != nil {
+			return &Error{Code: CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
+		}
+	}
+	return nil
+}

@@ -92,7 +92,7 @@ func CodecFor[T any]() (Codec[T], error) {
 	if u := cborCarries(t, "", map[reflect.Type]bool{}); u != nil {
 		return nil, errUnsupported(t, u)
 	}
-	return cborCodec[T]{typ: t.String(), times: newTimeCheck(t)}, nil
+	return newCBORCodec[T](t), nil
 }
 
 var (
