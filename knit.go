@@ -71,6 +71,11 @@ var (
 	ErrWorkerStartupFailed = lifecycle.ErrStartupFailed
 )
 
+// PanicError is the Cause of a TASK_PANIC error: the panic value (its text, from a process
+// lane) and, in Stack, the panicking goroutine's stack. Error() never includes the stack, so
+// an error may be shown to a client; reach the stack with errors.As for logs.
+type PanicError = actors.PanicError
+
 // Codec encodes and decodes one type for process lanes. Decode gets hostile bytes.
 type Codec[T any] = actors.Codec[T]
 
