@@ -88,7 +88,8 @@ type Task[In, Out any] struct {
 type TaskOption func(*actors.Options)
 
 // Timeout settles a call with ErrTimeout when it has not finished after d (time in the
-// backlog counts). The task's context is cancelled at the same moment.
+// backlog counts). The task's context is cancelled at the same moment. Zero means none; a
+// negative d makes Define panic.
 func Timeout(d time.Duration) TaskOption {
 	return func(o *actors.Options) { o.Timeout = d }
 }
@@ -102,7 +103,8 @@ func TimeoutDefault(d time.Duration, v any) TaskOption {
 // HardTimeout bounds a call like Timeout does, and more: on a process lane, a call that
 // overruns it gets the lane killed (WORKER_CRASHED, reason hard timeout; its other calls
 // settle with that code, or run again elsewhere if Idempotent) and the supervisor restarts
-// it. Goroutines cannot be killed, so on goroutine lanes it acts as a Timeout.
+// it. Goroutines cannot be killed, so on goroutine lanes it acts as a Timeout. Zero means
+// none; a negative d makes Define panic.
 func HardTimeout(d time.Duration) TaskOption {
 	return func(o *actors.Options) { o.HardTimeout = d }
 }
@@ -121,7 +123,9 @@ func WithCodec(c any) TaskOption {
 
 // Define registers a task under a unique name. Call it at package level: host and process
 // lanes must define the same tasks. It panics on a duplicate name, on an In or Out type no
-// codec can carry, and on options that do not fit the task's types.
+// codec can carry, and on options that do not fit the task's types or are negative
+// durations. What each type's values may be on process lanes, and what NewPool refuses for
+// them, is in docs/process-lanes.md, "Codec rules".
 func Define[In, Out any](name string, fn func(context.Context, In) (Out, error), opts ...TaskOption) *Task[In, Out] {
 	var o actors.Options
 	for _, opt := range opts {

@@ -28,8 +28,10 @@ func decodeBudget(n int) int { return budgetRatio*n + budgetFloor }
 
 // needsBudget reports whether a value of t decoded from n bytes could allocate more than
 // decodeBudget(n): whether t holds maps or interfaces (whose small items carry large fixed
-// costs), or slices of, or pointers to, values larger than budgetRatio bytes. Only such
-// types have their payloads measured before decoding.
+// costs), or slices of, or pointers to, values larger than budgetRatio/2 bytes. Only such
+// types have their payloads measured before decoding. Other types allocate at most
+// budgetRatio/2 bytes per CBOR item (each at least a byte) plus string contents (at most the
+// bytes they span): within budgetRatio per byte, with room for the decoder's own costs.
 func needsBudget(t reflect.Type, seen map[reflect.Type]bool) bool {
 	if seen[t] {
 		return false
