@@ -191,6 +191,28 @@ func embedAlloc(t reflect.Type, index []int) uintptr {
 	return n
 }
 
+// typeShape is what the depth walk needs of a type, looked up once per visited value.
+type typeShape struct {
+	depth        int
+	leaf, opaque bool
+	fields       []cborField // structs
+}
+
+var shapeCache sync.Map // reflect.Type → *typeShape
+
+func shapeOf(t reflect.Type) *typeShape {
+	if s, ok := shapeCache.Load(t); ok {
+		return s.(*typeShape)
+	}
+	s := &typeShape{depth: cborDepth(t)}
+	s.leaf, s.opaque = cborLeaf(t)
+	if t.Kind() == reflect.Struct {
+		s.fields = cborFields(t)
+	}
+	shapeCache.Store(t, s)
+	return s
+}
+
 var depthCache sync.Map // reflect.Type → int
 
 // cborDepth is the most CBOR arrays and maps a value of t can nest (unbounded for recursive

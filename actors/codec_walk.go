@@ -32,14 +32,15 @@ type depthWalk struct {
 
 func (w *depthWalk) value(v reflect.Value, level, chain int) error {
 	t := v.Type()
-	if d := cborDepth(t); d != unbounded && level+d <= cborMaxNestedLevels {
+	s := shapeOf(t)
+	if s.depth != unbounded && level+s.depth <= cborMaxNestedLevels {
 		return nil
 	}
 	if w.items++; w.items > maxWalkItems {
 		return fmt.Errorf("%w: more than %d items (are pointers shared many times over?)", ErrTooDeep, maxWalkItems)
 	}
-	if leaf, opaque := cborLeaf(t); leaf {
-		w.opaque = w.opaque || opaque
+	if s.leaf {
+		w.opaque = w.opaque || s.opaque
 		return nil
 	}
 	switch t.Kind() {
@@ -88,7 +89,7 @@ func (w *depthWalk) value(v reflect.Value, level, chain int) error {
 		if t == cborTagType { // tag number, then the content
 			return w.value(v.Field(1), level, 0)
 		}
-		for _, f := range cborFields(t) {
+		for _, f := range s.fields {
 			fv, ok := fieldByIndex(v, f.index)
 			if !ok {
 				continue
