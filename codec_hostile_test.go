@@ -95,7 +95,23 @@ func defineForge() *knit.Task[int, [][8192]byte] {
 	})
 }
 
-var codecTasks = []knit.Definition{add, bigResult, bigError, walkList, cyclicOut, deepAny, refuseOnLane, forge}
+// forgeIn is the other direction: the host's input codec forges (lanes, with
+// KNIT_TEST_FORGE=1, decode with plain CBOR), so the lane's decoder meets the forged payload.
+var forgeIn = defineForgeIn()
+
+type forgedInput struct{ forgedArrays }
+
+func (forgedInput) Decode([]byte) ([][8192]byte, error) { return nil, errors.New("not used") }
+
+func defineForgeIn() *knit.Task[[][8192]byte, int] {
+	fn := func(_ context.Context, v [][8192]byte) (int, error) { return len(v), nil }
+	if os.Getenv("KNIT_TEST_FORGE") == "1" {
+		return knit.Define("test.codec.forgein", fn)
+	}
+	return knit.Define("test.codec.forgein", fn, knit.WithCodec(knit.Codec[[][8192]byte](forgedInput{})))
+}
+
+var codecTasks = []knit.Definition{add, bigResult, bigError, walkList, cyclicOut, deepAny, refuseOnLane, forge, forgeIn}
 
 // sameLane checks that lane 0 of p is still its first process and answers.
 func sameLane(t *testing.T, p *knit.Pool, pid int) {
@@ -277,5 +293,25 @@ func TestTaskPanicKeepsStackOutOfMessage(t *testing.T) {
 		if !errors.As(err, &pe) || !strings.Contains(string(pe.Stack), "goroutine") || pe.Error() != "panic: kaboom" {
 			t.Errorf("%s: PanicError %+v", name, pe)
 		}
+	}
+}
+
+// The lane's decoder keeps to the budget too: a forged input fails its call with an input
+// error and the lane lives on.
+func TestCodecForgedInputBudget(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Process: knit.ProcessConfig{Env: []string{"KNIT_TEST_FORGE=1"}}}, codecTasks...)
+	pid := p.Stats().Lanes[0].PID
+	for _, n := range []int64{65536, 1 << 20} {
+		forgeCount.Store(n)
+		_, err := forgeIn.Call(context.Background(), p, nil)
+		wantCode(t, "forged input", err, knit.CodeUnsupportedType)
+		if !strings.Contains(err.Error(), "budget") {
+			t.Fatalf("forged input: %v does not name the budget", err)
+		}
+		sameLane(t, p, pid)
+	}
+	forgeCount.Store(2)
+	if n, err := forgeIn.Call(context.Background(), p, nil); err != nil || n != 2 {
+		t.Fatalf("small forged input: %d, %v", n, err)
 	}
 }
