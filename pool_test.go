@@ -117,8 +117,10 @@ func TestPanicRejectsCallLaneLives(t *testing.T) {
 	if !errors.Is(err, knit.ErrTaskPanic) {
 		t.Fatalf("err = %v, want ErrTaskPanic", err)
 	}
-	if !strings.Contains(err.Error(), "kaboom") || !strings.Contains(err.Error(), "goroutine") {
-		t.Fatalf("panic error lacks the value or the stack: %v", err)
+	var pe *knit.PanicError
+	if !strings.Contains(err.Error(), "kaboom") || strings.Contains(err.Error(), "goroutine") ||
+		!errors.As(err, &pe) || !strings.Contains(string(pe.Stack), "goroutine") {
+		t.Fatalf("panic error lacks the value, or its stack is in the message, not in the PanicError: %v", err)
 	}
 	if sum, err := add.Call(context.Background(), p, [2]int64{1, 1}); err != nil || sum != 2 {
 		t.Fatalf("lane did not keep serving: %d, %v", sum, err)
