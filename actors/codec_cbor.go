@@ -85,9 +85,16 @@ func (c cborCodec[T]) Append(dst []byte, v T) ([]byte, error) {
 		return dst, fmt.Errorf("knit: cbor %s: %w", c.typ, err)
 	}
 	out := buf.Bytes()
-	if opaque {
+	// What the walk cannot see (user CBOR) and what only a large encoding can hold (an
+	// array or map over the decoder's element limits, each element taking a byte at
+	// least) is checked on the bytes, with the decoder's own limits.
+	if opaque || len(out)-start > min(cborMaxArrayElements, 2*cborMaxMapPairs) {
 		if err := cborDec.Wellformed(out[start:]); err != nil {
-			return dst, fmt.Errorf("knit: cbor %s: %w: %w", c.typ, ErrTooDeep, err)
+			var deep *cbor.MaxNestedLevelError
+			if errors.As(err, &deep) {
+				return dst, fmt.Errorf("knit: cbor %s: %w: %w", c.typ, ErrTooDeep, err)
+			}
+			return dst, fmt.Errorf("knit: cbor %s: the receiving side would refuse this value: %w", c.typ, err)
 		}
 	}
 	if c.budget {

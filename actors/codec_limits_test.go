@@ -265,3 +265,15 @@ func mustCodecT[T any](t *testing.T) Codec[T] {
 	}
 	return c
 }
+
+func TestCodecElementLimit(t *testing.T) {
+	c := mustCodecT[[]bool](t)
+	if _, err := c.Append(nil, make([]bool, cborMaxArrayElements)); err != nil {
+		t.Fatalf("%d elements: %v", cborMaxArrayElements, err)
+	}
+	_, err := c.Append(nil, make([]bool, cborMaxArrayElements+1))
+	var tooMany *cbor.MaxArrayElementsError
+	if !errors.As(err, &tooMany) {
+		t.Fatalf("%d elements: Append = %v, want the decoder's element limit", cborMaxArrayElements+1, err)
+	}
+}
