@@ -76,7 +76,13 @@ func newGate() *gate {
 
 func newPool(t testing.TB, cfg knit.Config) *knit.Pool {
 	t.Helper()
-	p, err := knit.NewPool(cfg, add, echo, fail, boom, block, blockTimeout, blockDefault, goexit)
+	tasks := []knit.Definition{add, echo, fail, boom, block, blockTimeout, blockDefault, goexit}
+	if cfg.Runtime == knit.Process {
+		// A *gate holds channels in unexported fields: it cannot cross a process boundary,
+		// and NewPool refuses it for process lanes.
+		tasks = []knit.Definition{add, echo, fail, boom, goexit}
+	}
+	p, err := knit.NewPool(cfg, tasks...)
 	if err != nil {
 		t.Fatal(err)
 	}
