@@ -224,12 +224,17 @@ func TestCheckPortable(t *testing.T) {
 	type embedsHidden struct {
 		In []map[string]*hidden
 	}
+	type embedsPointer struct {
+		*inner2
+		B int
+	}
 	for _, c := range []struct {
 		err  error
 		want string
 	}{
 		{(&Task[hidden, int]{name: "h", InCodec: mustCodecT[hidden](t), OutCdc: mustCodecT[int](t)}).CheckPortable(), `task "h" input: knit: unsupported type: actors.hidden: actors.hidden at .secret is unexported`},
 		{(&Task[int, embedsHidden]{name: "e", InCodec: mustCodecT[int](t), OutCdc: mustCodecT[embedsHidden](t)}).CheckPortable(), `.In[i][value].secret`},
+		{(&Task[embedsPointer, int]{name: "p", InCodec: mustCodecT[embedsPointer](t), OutCdc: mustCodecT[int](t)}).CheckPortable(), `.inner2 is an embedded pointer`},
 		// record's hidden chan would arrive nil.
 		{(&Task[record, int]{name: "r", InCodec: mustCodecT[record](t), OutCdc: mustCodecT[int](t)}).CheckPortable(), `at .hidden`},
 	} {
@@ -277,3 +282,5 @@ func TestCodecElementLimit(t *testing.T) {
 		t.Fatalf("%d elements: Append = %v, want the decoder's element limit", cborMaxArrayElements+1, err)
 	}
 }
+
+type inner2 struct{ A int }

@@ -66,18 +66,29 @@ func dropped(t reflect.Type, path string, seen map[reflect.Type]bool) *uncarried
 	case reflect.Struct:
 		for i := range t.NumField() {
 			f := t.Field(i)
+			if cborFieldCarried(f) && f.Anonymous && !f.IsExported() && f.Type.Kind() == reflect.Pointer && !leftBehind(f) {
+				return &uncarried{t, path + "." + f.Name, "is an embedded pointer to an unexported struct, which the decoder " +
+					"cannot set: embed the struct by value, or export its type"}
+			}
 			if cborFieldCarried(f) {
 				if u := dropped(f.Type, path+"."+f.Name, seen); u != nil {
 					return u
 				}
 				continue
 			}
-			if tag := f.Tag.Get("cbor"); tag == "-" || tag == "" && f.Tag.Get("json") == "-" {
-				continue // left behind on purpose
+			if leftBehind(f) {
+				continue
 			}
 			return &uncarried{t, path + "." + f.Name, fmt.Sprintf("is unexported: it would arrive zeroed on a process lane "+
 				"(export it, give %v its own MarshalCBOR/UnmarshalCBOR, or tag the field `cbor:\"-\"` if it need not travel)", t)}
 		}
 	}
 	return nil
+}
+
+// leftBehind reports a field tagged to stay behind on purpose: `cbor:"-"`, or `json:"-"`
+// without a cbor tag.
+func leftBehind(f reflect.StructField) bool {
+	tag := f.Tag.Get("cbor")
+	return tag == "-" || tag == "" && f.Tag.Get("json") == "-"
 }
