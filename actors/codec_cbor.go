@@ -35,6 +35,9 @@ func mustCBORModes() (cbor.UserBufferEncMode, cbor.DecMode) {
 		MaxMapPairs:      cborMaxMapPairs,
 		DupMapKey:        cbor.DupMapKeyEnforcedAPF,
 		IndefLength:      cbor.IndefLengthForbidden,
+		// A Go string may hold any bytes, and the encoder writes them as they are: the
+		// decoder takes them back as they are, so strings cross intact.
+		UTF8: cbor.UTF8DecodeInvalid,
 		// Times in an any come back as the RFC 3339 text the encoder writes
 		// for time.Time; out-of-range tagged times are rejected.
 		TimeTagToAny: cbor.TimeTagToRFC3339Nano,

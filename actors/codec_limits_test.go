@@ -284,3 +284,20 @@ func TestCodecElementLimit(t *testing.T) {
 }
 
 type inner2 struct{ A int }
+
+func TestCodecBinaryStrings(t *testing.T) {
+	type named struct {
+		S string
+		M map[string]string
+	}
+	c := mustCodecT[named](t)
+	v := named{S: "\xff\xfe", M: map[string]string{"\x80": "\xc3"}}
+	b, err := c.Append(nil, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Decode(b)
+	if err != nil || !reflect.DeepEqual(got, v) {
+		t.Fatalf("strings with invalid UTF-8: %+v, %v", got, err)
+	}
+}
