@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"reflect"
 	"sync"
@@ -84,12 +85,20 @@ const (
 
 // mapCost bounds what a Go map made for n entries of k+v bytes each costs (swiss tables:
 // groups of 8 slots at most 7/8 full, rounded up to a power of two, plus headers).
+// It saturates at math.MaxInt, which no budget admits.
 func mapCost(n int, kv uintptr) int {
-	slots := 8
+	slots := uint64(8)
 	if n > 7 {
-		slots = 1 << bits.Len(uint(n*8/7))
+		slots = 1 << bits.Len64(uint64(n)*8/7)
 	}
-	return 128 + slots*(int(kv)+1) + n*int(kv) // the last term: reflect's key and value temporaries
+	// slots·(kv+1) + n·kv (the last term: reflect's key and value temporaries) + 128
+	hi1, table := bits.Mul64(slots, uint64(kv)+1)
+	hi2, temps := bits.Mul64(uint64(n), uint64(kv))
+	sum, carry := bits.Add64(table, temps, 0)
+	if hi1 != 0 || hi2 != 0 || carry != 0 || sum > math.MaxInt-128 {
+		return math.MaxInt
+	}
+	return int(sum) + 128
 }
 
 // budgetWalk measures a payload against the budget by walking its CBOR items together with
@@ -116,7 +125,7 @@ func checkBudget(t reflect.Type, b []byte) error {
 }
 
 func (w *budgetWalk) charge(n int) error {
-	if n < 0 || n > w.max-w.used {
+	if n < 0 || n > w.max-w.used { // n < 0: a size that overflowed
 		return fmt.Errorf("%w: decoding %d bytes would need more than %d bytes of memory", ErrOverBudget, len(w.b), w.max)
 	}
 	w.used += n

@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"errors"
+	"math"
 	"math/big"
 	"reflect"
 	"runtime"
@@ -299,5 +300,18 @@ func TestCodecBinaryStrings(t *testing.T) {
 	got, err := c.Decode(b)
 	if err != nil || !reflect.DeepEqual(got, v) {
 		t.Fatalf("strings with invalid UTF-8: %+v, %v", got, err)
+	}
+}
+
+func TestMapCostSaturates(t *testing.T) {
+	if got := mapCost(1<<40, 1<<30); got != math.MaxInt {
+		t.Fatalf("mapCost of 2^40 entries of 1 GiB = %d, want MaxInt", got)
+	}
+	if got := mapCost(1, 16); got <= 16 || got > 1<<10 {
+		t.Fatalf("mapCost(1, 16) = %d", got)
+	}
+	huge := mustCodecT[map[int8][1 << 30]byte](t)
+	if _, err := huge.Decode([]byte{0xa1, 0x01, 0x40}); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("one entry of 1 GiB: %v, want ErrOverBudget", err)
 	}
 }
