@@ -126,6 +126,26 @@ func TestCodecDepth(t *testing.T) {
 	if _, err := ac.Append(nil, nestAny(33)); !errors.Is(err, ErrTooDeep) {
 		t.Errorf("33 arrays: Append = %v, want ErrTooDeep", err)
 	}
+	// Tags: as for the decoder, a tag in a tag is a level, a tag alone is not.
+	var tags any = 1
+	for range 32 {
+		tags = cbor.Tag{Number: 100, Content: tags}
+	}
+	tags = cbor.Tag{Number: 100, Content: tags} // 33 tags: 32 levels
+	if b, err := ac.Append(nil, tags); err != nil {
+		t.Errorf("33 tags: %v", err)
+	} else if _, err := ac.Decode(b); err != nil {
+		t.Errorf("33 tags: decode: %v", err)
+	}
+	if _, err := ac.Append(nil, []any{tags}); !errors.Is(err, ErrTooDeep) {
+		t.Errorf("33 tags in an array: Append = %v, want ErrTooDeep", err)
+	}
+	type ptr *ptr
+	var p ptr = new(ptr)
+	*p = p
+	if _, err := ac.Append(nil, cbor.Tag{Number: 100, Content: p}); !errors.Is(err, ErrTooDeep) {
+		t.Errorf("tag of a pointer loop: Append = %v, want ErrTooDeep", err)
+	}
 	// Deep raw CBOR inside an any is caught on the encoded bytes.
 	raw := cbor.RawMessage(bytes.Repeat([]byte{0x81}, 40))
 	raw = append(raw, 0x01)

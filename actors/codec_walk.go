@@ -83,11 +83,11 @@ func (w *depthWalk) value(v reflect.Value, level, chain int) error {
 			return nil
 		})
 	case reflect.Struct:
+		if t == cborTagType {
+			return w.tag(v, level)
+		}
 		if level++; level > cborMaxNestedLevels {
 			return w.tooDeep(0, "a struct")
-		}
-		if t == cborTagType { // tag number, then the content
-			return w.value(v.Field(1), level, 0)
 		}
 		for _, f := range s.fields {
 			fv, ok := fieldByIndex(v, f.index)
@@ -100,6 +100,33 @@ func (w *depthWalk) value(v reflect.Value, level, chain int) error {
 		}
 	}
 	return nil
+}
+
+// tag walks a cbor.Tag's content. As for the decoder, a tag is no level of its own, but a
+// tag directly inside a tag is.
+func (w *depthWalk) tag(v reflect.Value, level int) error {
+	for {
+		c := v.Field(1) // Content
+		for chain := 0; c.Kind() == reflect.Interface || c.Kind() == reflect.Pointer; chain++ {
+			if c.IsNil() {
+				return nil
+			}
+			if chain > maxPointerChain {
+				return w.tooDeep(0, "a pointer chain")
+			}
+			c = c.Elem()
+		}
+		if c.Type() != cborTagType {
+			return w.value(c, level, 0)
+		}
+		if level++; level > cborMaxNestedLevels {
+			return w.tooDeep(0, "a tag")
+		}
+		if w.items++; w.items > maxWalkItems {
+			return fmt.Errorf("%w: more than %d items", ErrTooDeep, maxWalkItems)
+		}
+		v = c
+	}
 }
 
 // elems walks the elements of a slice or array (byte strings have none to walk).
