@@ -3,10 +3,12 @@ package actors
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -333,5 +335,58 @@ func TestMapCostSaturates(t *testing.T) {
 	huge := mustCodecT[map[int8][1 << 30]byte](t)
 	if _, err := huge.Decode([]byte{0xa1, 0x01, 0x40}); !errors.Is(err, ErrOverBudget) {
 		t.Fatalf("one entry of 1 GiB: %v, want ErrOverBudget", err)
+	}
+}
+
+// Field resolution must match fxamacker/cbor's, or the budget walk would charge the wrong
+// types: compare the names cborFields lists with the keys the encoder writes.
+func TestCBORFieldsMatchEncoder(t *testing.T) {
+	type Base struct {
+		A, B int
+		C    string `cbor:"c"`
+	}
+	type Other struct {
+		A int
+		D int `json:"dee"`
+	}
+	type hiddenBase struct{ H int }
+	type Deep struct{ Base }
+	type withEmbeds struct {
+		Base
+		*Other
+		hiddenBase
+		B    string // shadows Base.B
+		Skip int    `cbor:"-"`
+		K    int    `cbor:"7,keyasint"`
+		x    int
+	}
+	type conflict struct {
+		Base
+		Deep // Deep.Base is deeper: Base's fields win
+	}
+	for _, v := range []any{
+		withEmbeds{Base: Base{1, 2, "c"}, Other: &Other{3, 4}, hiddenBase: hiddenBase{5}, B: "b", Skip: 6, K: 7, x: 8},
+		conflict{Base: Base{1, 2, "c"}, Deep: Deep{Base{3, 4, "d"}}},
+	} {
+		b, err := cbor.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[any]any
+		if err := cbor.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		var enc, ours []string
+		for k := range m {
+			enc = append(enc, fmt.Sprint(k))
+		}
+		for _, f := range cborFields(reflect.TypeOf(v)) {
+			ours = append(ours, f.name)
+		}
+		slices.Sort(enc)
+		slices.Sort(ours)
+		if !slices.Equal(enc, ours) {
+			t.Errorf("%T: encoder writes %q, cborFields lists %q", v, enc, ours)
+		}
 	}
 }
