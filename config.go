@@ -1,12 +1,14 @@
 package knit
 
 import (
+	"fmt"
 	"runtime"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
 
+	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/supervisor"
 )
 
@@ -278,4 +280,46 @@ func (c Config) withDefaults() Config {
 		c.Payload.MaxCall = c.Payload.Arena
 	}
 	return c
+}
+
+// checkOptions refuses task options that cannot mean anything: a negative Timeout or
+// HardTimeout (zero means none).
+func checkOptions(o *actors.Options) error {
+	switch {
+	case o.Timeout < 0:
+		return fmt.Errorf("Timeout %v is negative (0 means none)", o.Timeout)
+	case o.HardTimeout < 0:
+		return fmt.Errorf("HardTimeout %v is negative (0 means none)", o.HardTimeout)
+	}
+	return nil
+}
+
+// checkTasks refuses what NewPool cannot serve: no task at all, or a nil one (a nil *Task,
+// or a Task value not made by Define).
+func checkTasks(tasks []Definition) error {
+	if len(tasks) == 0 {
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+	}
+	for i, t := range tasks {
+		if t == nil || t.actorsDef() == nil {
+			return &Error{Code: CodePoolUnavailable, Lane: -1,
+				Message: fmt.Sprintf("NewPool: task %d of %d is nil (tasks come from knit.Define)", i+1, len(tasks))}
+		}
+	}
+	return nil
+}
+
+// checkPortable refuses, for a pool with process lanes, a task whose values would not
+// cross a process boundary intact (see actors.CheckPortable). Goroutine lanes pass values
+// by reference: any type will do.
+func checkPortable(cfg Config, defs []actors.Def) error {
+	if cfg.Runtime != Process {
+		return nil
+	}
+	for _, d := range defs {
+		if err := actors.CheckPortable(d); err != nil {
+			return &Error{Code: CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
+		}
+	}
+	return nil
 }

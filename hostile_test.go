@@ -36,9 +36,9 @@ var (
 		}
 		return 7, nil
 	})
-	// forge writes results into its own lane's return ring for calls it does not hold:
+	// forgeOther writes results into its own lane's return ring for calls it does not hold:
 	// every record id below 64 of the victim task, in every generation below 8, with 666.
-	forge = knit.Define("test.hostile.forge", func(_ context.Context, victim uint32) (int, error) {
+	forgeOther = knit.Define("test.hostile.forge", func(_ context.Context, victim uint32) (int, error) {
 		f := os.NewFile(3, "region")
 		mp, err := shm.MapFile(f)
 		if err != nil {
@@ -137,11 +137,11 @@ func TestForgedResultForAnotherLanesCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet(), OnEvent: rec.record, Balancer: knit.RoundRobin}, forge, victim)
+	p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet(), OnEvent: rec.record, Balancer: knit.RoundRobin}, forgeOther, victim)
 	v := victim.Go(context.Background(), p, gate) // held by one lane, waiting
 	var forgeErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { _, forgeErr = forge.Call(context.Background(), p, victimIndex(t, p)) })
+	wg.Go(func() { _, forgeErr = forgeOther.Call(context.Background(), p, victimIndex(t, p)) })
 	crashed := rec.await(t, "forging lane killed", func(e knit.Event) bool { return e.To == knit.StateCrashed })
 	if err := os.WriteFile(gate, []byte{1}, 0o600); err != nil {
 		t.Fatal(err)

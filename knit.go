@@ -22,6 +22,7 @@ package knit
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -74,6 +75,11 @@ var (
 	ErrPoisonCall          = lifecycle.ErrPoisonCall
 )
 
+// PanicError is the Cause of a TASK_PANIC error: the panic value (its text, from a process
+// lane) and, in Stack, the panicking goroutine's stack. Error() never includes the stack, so
+// an error may be shown to a client; reach the stack with errors.As for logs.
+type PanicError = actors.PanicError
+
 // Codec encodes and decodes one type for process lanes. Decode gets hostile bytes.
 type Codec[T any] = actors.Codec[T]
 
@@ -86,7 +92,8 @@ type Task[In, Out any] struct {
 type TaskOption func(*actors.Options)
 
 // Timeout settles a call with ErrTimeout when it has not finished after d (time in the
-// backlog counts). The task's context is cancelled at the same moment.
+// backlog counts). The task's context is cancelled at the same moment. Zero means none; a
+// negative d makes Define panic.
 func Timeout(d time.Duration) TaskOption {
 	return func(o *actors.Options) { o.Timeout = d }
 }
@@ -100,7 +107,8 @@ func TimeoutDefault(d time.Duration, v any) TaskOption {
 // HardTimeout bounds a call like Timeout does, and more: on a process lane, a call that
 // overruns it gets the lane killed (WORKER_CRASHED, reason hard timeout; its other calls
 // settle with that code, or run again elsewhere if Idempotent) and the supervisor restarts
-// it. Goroutines cannot be killed, so on goroutine lanes it acts as a Timeout.
+// it. Goroutines cannot be killed, so on goroutine lanes it acts as a Timeout. Zero means
+// none; a negative d makes Define panic.
 func HardTimeout(d time.Duration) TaskOption {
 	return func(o *actors.Options) { o.HardTimeout = d }
 }
@@ -119,11 +127,19 @@ func WithCodec(c any) TaskOption {
 
 // Define registers a task under a unique name. Call it at package level: host and process
 // lanes must define the same tasks. It panics on a duplicate name, on an In or Out type no
-// codec can carry, and on options that do not fit the task's types.
+// codec can carry, and on options that do not fit the task's types or are negative
+// durations. What each type's values may be on process lanes, and what NewPool refuses for
+// them, is in docs/process-lanes.md, "Codec rules".
 func Define[In, Out any](name string, fn func(context.Context, In) (Out, error), opts ...TaskOption) *Task[In, Out] {
 	var o actors.Options
 	for _, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("knit: task %q: a nil TaskOption", name))
+		}
 		opt(&o)
+	}
+	if err := checkOptions(&o); err != nil {
+		panic(fmt.Sprintf("knit: task %q: %v", name, err))
 	}
 	return &Task[In, Out]{def: actors.Define(name, fn, o)}
 }
@@ -138,7 +154,12 @@ func (t *Task[In, Out]) Fingerprint() uint64 { return t.def.Fingerprint() }
 // definition lets NewPool take tasks of any type.
 type definition interface{ actorsDef() actors.Def }
 
-func (t *Task[In, Out]) actorsDef() actors.Def { return t.def }
+func (t *Task[In, Out]) actorsDef() actors.Def {
+	if t == nil || t.def == nil { // a nil *Task, or a Task not made by Define
+		return nil
+	}
+	return t.def
+}
 
 // Main must be the first statement of main (and of TestMain in tests that use process
 // lanes). In a process started as a lane it serves tasks and exits; in the host it returns

@@ -363,11 +363,21 @@ func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
 	case o == actors.Failed && errors.As(err, &we) && we.Code != "":
 		return &Error{Code: Code(we.Code), Lane: l.idx, Task: t.Name(), Message: we.Message}
 	case o == actors.Panicked:
-		return &Error{Code: CodeTaskPanic, Lane: l.idx, Task: t.Name(), Cause: err}
+		// The cause is a *actors.PanicError: a short message, the lane's stack in a field.
+		return &Error{Code: CodeTaskPanic, Lane: l.idx, Task: t.Name(), Cause: actors.AsPanic(err)}
 	case o == actors.Failed && errors.As(err, &ke):
 		return err
 	case o == actors.Failed:
 		return &Error{Code: CodeTaskError, Lane: l.idx, Task: t.Name(), Cause: err}
+	case (o == actors.BadInput || o == actors.BadOutput) && errors.As(err, &we):
+		// The lane reports that the call's value could not cross (it did not decode or
+		// encode there, or the result is over the size limit): the call fails, the lane is
+		// sound. Only the codes of those cases are taken from the lane.
+		code := CodeUnsupportedType
+		if Code(we.Code) == CodePayloadTooLarge {
+			code = CodePayloadTooLarge
+		}
+		return &Error{Code: code, Lane: l.idx, Task: t.Name(), Message: we.Message}
 	}
 	l.debugTo(l.p.codecLog, "payload did not decode", zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
 	return &Error{Code: CodeWorkerCrashed, Lane: l.idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}

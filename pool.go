@@ -87,8 +87,8 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
 	}
-	if len(tasks) == 0 {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+	if err := checkTasks(tasks); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
@@ -119,6 +119,9 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 					zap.String("in", in), zap.String("out", out))
 			}
 		}
+	}
+	if err := checkPortable(cfg, p.defs); err != nil {
+		return nil, err
 	}
 	if !supervised {
 		for i := range cfg.Lanes {

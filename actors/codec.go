@@ -65,6 +65,14 @@ const maxFixedArray = 64
 //     time.Time travels as RFC 3339 text, so only years 0 to 9999 encode
 //     (and decode); inside an any, times arrive as that text, integers as
 //     uint64 or int64, and maps as map[any]any.
+//     A value that is cyclic or nests more than 32 arrays, maps and structs
+//     does not encode (ErrTooDeep); a payload whose decoding would allocate
+//     more than 64 bytes per payload byte plus 1 MiB does not decode, nor
+//     encode (ErrOverBudget). Which types pay for these checks is decided
+//     here, from the type graph. A struct with unexported fields is accepted
+//     here (goroutine lanes carry it by reference) but refused for process
+//     lanes by [Task.CheckPortable]. docs/process-lanes.md, "Codec rules",
+//     has the whole picture.
 //
 // The codecs hold no mutable state and are safe for concurrent use.
 func CodecFor[T any]() (Codec[T], error) {
@@ -92,7 +100,7 @@ func CodecFor[T any]() (Codec[T], error) {
 	if u := cborCarries(t, "", map[reflect.Type]bool{}); u != nil {
 		return nil, errUnsupported(t, u)
 	}
-	return cborCodec[T]{typ: t.String(), times: newTimeCheck(t)}, nil
+	return newCBORCodec[T](t), nil
 }
 
 var (

@@ -23,6 +23,12 @@ func BenchmarkCodec(b *testing.B) {
 			Counts: map[string]int{"x": 1, "y": 2}, When: time.Unix(1700000000, 5).UTC(),
 		})
 	})
+	// What the limits cost: a recursive type is walked before each encode (cycles,
+	// depth), a slice of large elements is measured before each decode and after each
+	// encode (memory budget).
+	b.Run("cbor-list-30", func(b *testing.B) { benchCodec(b, chain(30)) })
+	b.Run("cbor-any", func(b *testing.B) { benchCodec[any](b, []any{"a", uint64(1), map[any]any{"k": []any{1.5}}}) })
+	b.Run("cbor-large-elems", func(b *testing.B) { benchCodec(b, make([][64]int64, 16)) })
 }
 
 // benchCodec measures one Append into a reused buffer plus one Decode.

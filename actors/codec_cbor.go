@@ -35,6 +35,9 @@ func mustCBORModes() (cbor.UserBufferEncMode, cbor.DecMode) {
 		MaxMapPairs:      cborMaxMapPairs,
 		DupMapKey:        cbor.DupMapKeyEnforcedAPF,
 		IndefLength:      cbor.IndefLengthForbidden,
+		// A Go string may hold any bytes, and the encoder writes them as they are: the
+		// decoder takes them back as they are, so strings cross intact.
+		UTF8: cbor.UTF8DecodeInvalid,
 		// Times in an any come back as the RFC 3339 text the encoder writes
 		// for time.Time; out-of-range tagged times are rejected.
 		TimeTagToAny: cbor.TimeTagToRFC3339Nano,
@@ -49,16 +52,60 @@ func mustCBORModes() (cbor.UserBufferEncMode, cbor.DecMode) {
 type cborCodec[T any] struct {
 	typ   string
 	times func(p unsafe.Pointer) error // see newTimeCheck; nil if T holds no time.Time
+	// rtype is T; the flags below are worked out from it once (see codec_shape.go).
+	rtype reflect.Type
+	// walk: values can be cyclic or nest deeper than cborMaxNestedLevels; they are walked
+	// before encoding.
+	walk bool
+	// opaque: values can hold CBOR of a user's making; encodings are checked for nesting.
+	opaque bool
+	// budget: payloads are measured against the decode budget before decoding, and
+	// encodings before they are sent (the peer would refuse them).
+	budget bool
+}
+
+func newCBORCodec[T any](t reflect.Type) cborCodec[T] {
+	return cborCodec[T]{typ: t.String(), times: newTimeCheck(t), rtype: t,
+		walk:   cborDepth(t) > cborMaxNestedLevels,
+		opaque: hasOpaque(t, map[reflect.Type]bool{}),
+		budget: budgeted(t)}
 }
 
 func (cborCodec[T]) Name() string { return "cbor" }
 
 func (c cborCodec[T]) Append(dst []byte, v T) ([]byte, error) {
+	opaque := c.opaque
+	if c.walk {
+		var w depthWalk
+		if err := w.value(reflect.ValueOf(&v).Elem(), 0, 0); err != nil {
+			return dst, fmt.Errorf("knit: cbor %s: %w", c.typ, err)
+		}
+		opaque = opaque || w.opaque
+	}
+	start := len(dst)
 	buf := bytes.NewBuffer(dst)
 	if err := cborEnc.MarshalToBuffer(v, buf); err != nil {
 		return dst, fmt.Errorf("knit: cbor %s: %w", c.typ, err)
 	}
-	return buf.Bytes(), nil
+	out := buf.Bytes()
+	// What the walk cannot see (user CBOR) and what only a large encoding can hold (an
+	// array or map over the decoder's element limits, each element taking a byte at
+	// least) is checked on the bytes, with the decoder's own limits.
+	if opaque || len(out)-start > min(cborMaxArrayElements, 2*cborMaxMapPairs) {
+		if err := cborDec.Wellformed(out[start:]); err != nil {
+			var deep *cbor.MaxNestedLevelError
+			if errors.As(err, &deep) {
+				return dst, fmt.Errorf("knit: cbor %s: %w: %w", c.typ, ErrTooDeep, err)
+			}
+			return dst, fmt.Errorf("knit: cbor %s: the receiving side would refuse this value: %w", c.typ, err)
+		}
+	}
+	if c.budget {
+		if err := checkBudget(c.rtype, out[start:]); err != nil {
+			return dst, fmt.Errorf("knit: cbor %s: the receiving side would refuse this value: %w", c.typ, err)
+		}
+	}
+	return out, nil
 }
 
 func (c cborCodec[T]) Decode(b []byte) (v T, err error) {
@@ -68,6 +115,14 @@ func (c cborCodec[T]) Decode(b []byte) (v T, err error) {
 			v, err = zero, corruptf("cbor %s: decoder panicked: %v", c.typ, r)
 		}
 	}()
+	if c.budget {
+		if err := checkBudget(c.rtype, b); err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				return v, err
+			}
+			return v, corruptf("cbor %s: %w", c.typ, err)
+		}
+	}
 	if err := cborDec.Unmarshal(b, &v); err != nil {
 		var zero T
 		if errors.Is(err, ErrCorrupt) {

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -501,7 +502,11 @@ func TestCodecDecodeErrors(t *testing.T) {
 	mustNotDecode("cbor/indefinite length", decodeErr[[]int]([]byte{0x9f, 0x01, 0xff}))
 	mustNotDecode("cbor/duplicate map key", decodeErr[map[string]int]([]byte{0xa2, 0x61, 'a', 0x01, 0x61, 'a', 0x02}))
 	mustNotDecode("cbor/wrong type", decodeErr[record]([]byte{0x61, 'x'}))
-	mustNotDecode("cbor/invalid utf-8", decodeErr[any]([]byte{0x62, 'a', 0xff}))
+	// Invalid UTF-8 is not corrupt: a Go string may hold any bytes, and crosses as it is
+	// (TestCodecBinaryStrings).
+	if v, err := mustCodecT[any](t).Decode([]byte{0x62, 'a', 0xff}); err != nil || v != "a\xff" {
+		t.Errorf("cbor/invalid utf-8: %q, %v; want the bytes as they are", v, err)
+	}
 	mustNotDecode("cbor/array count lies", decodeErr[[]int]([]byte{0x9a, 0xff, 0xff, 0xff, 0xff, 0x01}))
 	mustNotDecode("cbor/lone break", decodeErr[any]([]byte{0xff}))
 	mustNotDecode("cbor/empty", decodeErr[any](nil))
@@ -636,8 +641,9 @@ func TestWireError(t *testing.T) {
 		{Message: "no code"},
 		{Code: "c", Message: strings.Repeat("long message ", 10000)},
 		{Code: "ü", Message: "\x00\xff binary is fine"},
+		{Message: "boom", Stack: "goroutine 1 [running]:\nmain.main()\n"},
 	} {
-		b := EncodeWireError([]byte("pre"), w.Code, w.Message)
+		b := EncodeWireStack([]byte("pre"), w.Code, w.Message, []byte(w.Stack))
 		got, err := DecodeWireError(b[3:])
 		if err != nil || got != w {
 			t.Fatalf("round trip %+v: got %+v, %v", w, got, err)
@@ -659,9 +665,72 @@ func TestWireError(t *testing.T) {
 		nil, {0}, {5, 0, 'a'}, {0, 0}, {0, 0, 1, 0, 0}, {0xff, 0xff, 0, 0, 0, 0},
 		good[:len(good)-1], append(append([]byte(nil), good...), 0),
 		{0, 0, 0xff, 0xff, 0xff, 0xff, 'x'},
+		append(bytes.Clone(good), 0, 0, 0, 0),      // an empty stack section
+		append(bytes.Clone(good), 2, 0, 0, 0, 'x'), // a stack section cut short
 	} {
 		if _, err := DecodeWireError(bad); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("DecodeWireError(%x) = %v, want ErrCorrupt", bad, err)
 		}
+	}
+}
+
+func TestFitWireError(t *testing.T) {
+	we := WireError{Code: "C", Message: strings.Repeat("m", 100), Stack: strings.Repeat("s", 1000)}
+	for _, limit := range []int{2000, 500, 120, 100, 20, 0} {
+		b := FitWireError(nil, we, limit)
+		got, err := DecodeWireError(b)
+		if err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		if len(b) > max(limit, 7) || got.Code != "C" || !strings.HasPrefix(we.Message, got.Message) || !strings.HasPrefix(we.Stack, got.Stack) {
+			t.Fatalf("limit %d: %d bytes, %+v", limit, len(b), got)
+		}
+		if limit >= 2000 && got != we {
+			t.Fatalf("limit %d: cut although it fits", limit)
+		}
+		if limit >= 120 && got.Message != we.Message {
+			t.Fatalf("limit %d: message cut before the stack", limit)
+		}
+	}
+}
+
+func TestPanicError(t *testing.T) {
+	task := Define("test.actors.panic", func(context.Context, string) (int, error) { panic("secret-free message") }, Options{})
+	out, o := task.RunEncoded(context.Background(), []byte("x"), nil)
+	if o != Panicked {
+		t.Fatalf("outcome %v", o)
+	}
+	we, err := DecodeWireError(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pe := AsPanic(we)
+	if pe.Error() != "panic: secret-free message" {
+		t.Errorf("Error() = %q", pe.Error())
+	}
+	if !strings.Contains(string(pe.Stack), "TestPanicError") {
+		t.Errorf("stack does not show the panicking test:\n%s", pe.Stack)
+	}
+	var target *PanicError
+	wrapped := fmt.Errorf("call: %w", pe)
+	if !errors.As(wrapped, &target) || target != pe || strings.Contains(wrapped.Error(), "goroutine") {
+		t.Errorf("errors.As or message: %v", wrapped)
+	}
+	if AsPanic(pe) != pe {
+		t.Error("AsPanic of a *PanicError is not itself")
+	}
+	// A task whose output does not encode reports an input/output code, not a crash.
+	cyc := Define("test.actors.cyclic", func(context.Context, int) (*node, error) {
+		n := &node{}
+		n.Next = n
+		return n, nil
+	}, Options{})
+	out, o = cyc.RunEncoded(context.Background(), []byte{1, 0, 0, 0, 0, 0, 0, 0}, nil)
+	if we, err := DecodeWireError(out); o != BadOutput || err != nil || we.Code != CodeUnsupportedType || !strings.Contains(we.Message, "cyclic") {
+		t.Errorf("cyclic output: %v %+v %v", o, we, err)
+	}
+	out, o = cyc.RunEncoded(context.Background(), []byte{1}, nil)
+	if we, err := DecodeWireError(out); o != BadInput || err != nil || we.Code != CodeUnsupportedType {
+		t.Errorf("bad input: %v %+v %v", o, we, err)
 	}
 }

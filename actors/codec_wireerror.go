@@ -6,10 +6,12 @@ import (
 	"unicode/utf8"
 )
 
-// WireError carries a task error across processes: its message, and a code string if the error has one.
+// WireError carries a task error across processes: its message, a code string if the error
+// has one, and, for a panic, the lane's stack.
 type WireError struct {
 	Code    string
 	Message string
+	Stack   string // the panicking goroutine's stack (panics only); never part of Error()
 }
 
 // Error returns the message: the text of the error on the other side.
@@ -28,9 +30,24 @@ func EncodeWireError(dst []byte, code, msg string) []byte {
 	return append(dst, msg...)
 }
 
-// DecodeWireError decodes what EncodeWireError wrote. Errors wrap
-// ErrCorrupt; the lengths must account for b exactly. The strings are
-// copies: b is not retained.
+// EncodeWireStack appends a wire error with a stack: the form of EncodeWireError followed,
+// when stack is not empty, by a u32 stack length and the stack.
+func EncodeWireStack(dst []byte, code, msg string, stack []byte) []byte {
+	dst = EncodeWireError(dst, code, msg)
+	if len(stack) == 0 {
+		return dst
+	}
+	if uint64(len(stack)) > math.MaxUint32 {
+		stack = stack[:math.MaxUint32]
+	}
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(stack)))
+	return append(dst, stack...)
+}
+
+// DecodeWireError decodes what EncodeWireError and EncodeWireStack wrote.
+// Errors wrap ErrCorrupt; the lengths must account for b exactly, and a stack
+// section, if present, must not be empty. The strings are copies: b is not
+// retained.
 func DecodeWireError(b []byte) (WireError, error) {
 	if len(b) < 2 {
 		return WireError{}, corruptf("wire error: %d bytes, want at least 6", len(b))
@@ -46,10 +63,23 @@ func DecodeWireError(b []byte) (WireError, error) {
 	}
 	m := uint64(binary.LittleEndian.Uint32(b))
 	b = b[4:]
-	if m != uint64(len(b)) {
+	if m > uint64(len(b)) {
 		return WireError{}, corruptf("wire error: message length %d, but %d bytes remain", m, len(b))
 	}
-	return WireError{Code: string(code), Message: string(b)}, nil
+	msg, b := b[:m], b[m:]
+	var stack []byte
+	if len(b) > 0 {
+		if len(b) < 4 {
+			return WireError{}, corruptf("wire error: %d bytes after the message", len(b))
+		}
+		s := uint64(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if s == 0 || s != uint64(len(b)) {
+			return WireError{}, corruptf("wire error: stack length %d, but %d bytes remain", s, len(b))
+		}
+		stack = b
+	}
+	return WireError{Code: string(code), Message: string(msg), Stack: string(stack)}, nil
 }
 
 // truncateRunes cuts s to at most limit bytes without splitting a rune.
@@ -62,4 +92,19 @@ func truncateRunes(s string, limit uint64) string {
 		n--
 	}
 	return s[:n]
+}
+
+// FitWireError appends we to dst in at most limit bytes when it can: the stack is cut
+// first, then the message (at rune boundaries). A code too long for limit is sent whole,
+// so the result may still exceed limit.
+func FitWireError(dst []byte, we WireError, limit int) []byte {
+	head := 2 + len(truncateRunes(we.Code, math.MaxUint16)) + 4
+	room := limit - head - len(we.Message)
+	switch {
+	case we.Stack != "" && room > 4:
+		return EncodeWireStack(dst, we.Code, we.Message, []byte(truncateRunes(we.Stack, uint64(room-4))))
+	case room >= 0:
+		return EncodeWireError(dst, we.Code, we.Message)
+	}
+	return EncodeWireError(dst, we.Code, truncateRunes(we.Message, uint64(max(limit-head, 0))))
 }

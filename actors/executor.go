@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/knitgo/knit/fastpath"
@@ -154,7 +153,7 @@ func (e *Executor) panicOf(t Def, id uint32, out []byte) error {
 		return t.PanicOf(id)
 	}
 	we, _ := DecodeWireError(out)
-	return &PanicError{Value: strings.TrimPrefix(we.Message, "panic: ")}
+	return AsPanic(we)
 }
 
 // runEncoded runs a call of a process lane: decode, run under the call's context, encode.
@@ -170,9 +169,15 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int) ([]byte, Outcome) 
 	if limit <= 0 || limit > e.Region.Layout().Arena {
 		limit = e.Region.Layout().Arena
 	}
+	if len(out) > limit && o != OK {
+		// An error or panic report too long for the limit: cut its text, not the report.
+		if we, err := DecodeWireError(out); err == nil {
+			out = FitWireError(e.scratch[:0], we, limit)
+		}
+	}
 	if len(out) > limit {
 		msg := fmt.Sprintf("result of %d bytes is over the %d-byte limit", len(out), limit)
-		return EncodeWireError(e.scratch[:0], "PAYLOAD_TOO_LARGE", msg), BadOutput
+		return EncodeWireError(e.scratch[:0], CodePayloadTooLarge, msg), BadOutput
 	}
 	return out, o
 }

@@ -92,13 +92,34 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("outcome(%d)", uint32(o))
 }
 
-// PanicError is a panic caught in a task, with its stack.
+// PanicError is a panic caught in a task. Its Error is "panic: " and the value, never the
+// stack, so that a handler may pass err.Error() on to a client; the stack is in Stack, for
+// logs, reached with errors.As.
 type PanicError struct {
+	// Value is what the task passed to panic; from a process lane, its text (fmt's %v).
 	Value any
+	// Stack is the panicking goroutine's stack (debug.Stack), from whichever process it ran in.
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n%s", e.Value, e.Stack) }
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// AsPanic returns err as a *PanicError: err itself if it is one (in-process lanes), or
+// rebuilt from the WireError a process lane sent for a panicking call.
+func AsPanic(err error) *PanicError {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var we WireError
+	if errors.As(err, &we) {
+		return &PanicError{Value: we.Message, Stack: []byte(we.Stack)}
+	}
+	if err == nil {
+		return &PanicError{Value: "unknown panic"}
+	}
+	return &PanicError{Value: err.Error()}
+}
 
 var registry struct {
 	sync.RWMutex
@@ -264,22 +285,31 @@ func (t *Task[In, Out]) PanicOf(id uint32) error {
 func (t *Task[In, Out]) RunEncoded(ctx context.Context, in []byte, dst []byte) ([]byte, Outcome) {
 	v, err := t.InCodec.Decode(in)
 	if err != nil {
-		return EncodeWireError(dst, "", err.Error()), BadInput
+		return EncodeWireError(dst, CodeUnsupportedType, "input did not decode: "+err.Error()), BadInput
 	}
 	out, err, panicked := t.call(ctx, v)
 	switch {
 	case panicked:
-		return EncodeWireError(dst, "", err.Error()), Panicked
+		pe := err.(*PanicError)
+		return EncodeWireStack(dst, "", fmt.Sprint(pe.Value), pe.Stack), Panicked
 	case err != nil:
 		code, msg := wireOf(err)
 		return EncodeWireError(dst, code, msg), Failed
 	}
 	res, err := t.OutCdc.Append(dst, out)
 	if err != nil {
-		return EncodeWireError(dst[:0], "", err.Error()), BadOutput
+		return EncodeWireError(dst[:0], CodeUnsupportedType, "output did not encode: "+err.Error()), BadOutput
 	}
 	return res, OK
 }
+
+// Codes a lane puts in the WireError of a BadInput or BadOutput outcome (the strings of
+// knit's CodeUnsupportedType and CodePayloadTooLarge): the call's value could not cross,
+// and the lane is fine.
+const (
+	CodeUnsupportedType = "UNSUPPORTED_TYPE"
+	CodePayloadTooLarge = "PAYLOAD_TOO_LARGE"
+)
 
 // Coded is an error that carries a knit code across processes.
 type Coded interface {

@@ -1,0 +1,317 @@
+package knit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/actors"
+)
+
+// Values that cannot cross a process boundary, and lanes that send what the host must
+// refuse. Each test checks the call's code and that the lane is unharmed: same process, no
+// restart, the next call answered.
+
+type cnode struct {
+	Val  int
+	Next *cnode
+}
+
+type hiddenField struct {
+	Name   string
+	secret int
+}
+
+var (
+	bigResult = knit.Define("test.codec.big", func(_ context.Context, n int) ([]byte, error) {
+		return make([]byte, n), nil
+	})
+	bigError = knit.Define("test.codec.bigerr", func(_ context.Context, n int) (int, error) {
+		return 0, errors.New(strings.Repeat("e", n))
+	})
+	walkList = knit.Define("test.codec.list", func(_ context.Context, n *cnode) (int, error) {
+		k := 0
+		for ; n != nil && k < 1000; n = n.Next {
+			k++
+		}
+		return k, nil
+	})
+	cyclicOut = knit.Define("test.codec.cyclicout", func(context.Context, int) (*cnode, error) {
+		n := &cnode{Val: 1}
+		n.Next = n
+		return n, nil
+	})
+	deepAny = knit.Define("test.codec.deep", func(_ context.Context, v any) (int, error) { return 0, nil })
+	hidden  = knit.Define("test.codec.hidden", func(_ context.Context, v hiddenField) (hiddenField, error) { return v, nil })
+	// refuseOnLane's input codec fails to decode in lanes (KNIT_TEST_FORGE=1), as a user
+	// codec that does not round-trip would.
+	refuseOnLane = knit.Define("test.codec.refuse", func(context.Context, int) (int, error) { return 1, nil },
+		knit.WithCodec(knit.Codec[int](laneRefuses{})))
+	// forge's lanes (KNIT_TEST_FORGE=1) answer with forged CBOR: n empty byte strings,
+	// which decode into [][8192]byte as n·8 KiB.
+	forge = defineForge()
+)
+
+type laneRefuses struct{}
+
+func (laneRefuses) Name() string                             { return "refuses" }
+func (laneRefuses) Append(dst []byte, v int) ([]byte, error) { return append(dst, byte(v)), nil }
+func (laneRefuses) Decode(b []byte) (int, error) {
+	if os.Getenv("KNIT_TEST_FORGE") == "1" {
+		return 0, errors.New("this lane refuses every input")
+	}
+	return int(b[0]), nil
+}
+
+// forgeCount is the number of empty byte strings the lane's next forged result holds: the
+// task sets it, its codec reads it.
+var forgeCount atomic.Int64
+
+type forgedArrays struct{}
+
+func (forgedArrays) Name() string { return "forged" }
+func (forgedArrays) Append(dst []byte, _ [][8192]byte) ([]byte, error) {
+	n := forgeCount.Load()
+	dst = append(dst, 0x9a, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	return append(dst, bytes.Repeat([]byte{0x40}, int(n))...), nil
+}
+func (forgedArrays) Decode([]byte) ([][8192]byte, error) { return nil, errors.New("not used") }
+
+func defineForge() *knit.Task[int, [][8192]byte] {
+	if os.Getenv("KNIT_TEST_FORGE") == "1" {
+		return knit.Define("test.codec.forge", func(_ context.Context, n int) ([][8192]byte, error) {
+			forgeCount.Store(int64(n))
+			return nil, nil
+		}, knit.WithCodec(knit.Codec[[][8192]byte](forgedArrays{})))
+	}
+	return knit.Define("test.codec.forge", func(_ context.Context, n int) ([][8192]byte, error) {
+		return make([][8192]byte, n), nil
+	})
+}
+
+// forgeIn is the other direction: the host's input codec forges (lanes, with
+// KNIT_TEST_FORGE=1, decode with plain CBOR), so the lane's decoder meets the forged payload.
+var forgeIn = defineForgeIn()
+
+type forgedInput struct{ forgedArrays }
+
+func (forgedInput) Decode([]byte) ([][8192]byte, error) { return nil, errors.New("not used") }
+
+func defineForgeIn() *knit.Task[[][8192]byte, int] {
+	fn := func(_ context.Context, v [][8192]byte) (int, error) { return len(v), nil }
+	if os.Getenv("KNIT_TEST_FORGE") == "1" {
+		return knit.Define("test.codec.forgein", fn)
+	}
+	return knit.Define("test.codec.forgein", fn, knit.WithCodec(knit.Codec[[][8192]byte](forgedInput{})))
+}
+
+var codecTasks = []knit.Definition{add, bigResult, bigError, walkList, cyclicOut, deepAny, refuseOnLane, forge, forgeIn}
+
+// sameLane checks that lane 0 of p is still its first process and answers.
+func sameLane(t *testing.T, p *knit.Pool, pid int) {
+	t.Helper()
+	if s, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || s != 3 {
+		t.Fatalf("lane no longer answers: %d, %v", s, err)
+	}
+	l := p.Stats().Lanes[0]
+	if l.PID != pid || l.Restarts != 0 || l.Incarnation != 0 {
+		t.Fatalf("lane was replaced: pid %d (was %d), %d restarts", l.PID, pid, l.Restarts)
+	}
+}
+
+func wantCode(t *testing.T, what string, err error, code knit.Code) {
+	t.Helper()
+	var ke *knit.Error
+	if !errors.As(err, &ke) || ke.Code != code {
+		t.Fatalf("%s: err = %v, want %s", what, err, code)
+	}
+}
+
+func TestCodecResultTooLarge(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Payload: knit.Payload{Arena: 64 << 10, MaxCall: 16 << 10}}, codecTasks...)
+	ctx := context.Background()
+	pid := p.Stats().Lanes[0].PID
+	for _, n := range []int{16<<10 + 1, 64 << 10, 1 << 20} { // over MaxCall, the arena, both
+		_, err := bigResult.Call(ctx, p, n)
+		wantCode(t, "big result", err, knit.CodePayloadTooLarge)
+		sameLane(t, p, pid)
+	}
+	if b, err := bigResult.Call(ctx, p, 16<<10-8); err != nil || len(b) != 16<<10-8 {
+		t.Fatalf("result within the limit: %d bytes, %v", len(b), err)
+	}
+	// An error message over the limit is cut, not turned into another failure.
+	_, err := bigError.Call(ctx, p, 100<<10)
+	wantCode(t, "big error", err, knit.CodeTaskError)
+	if n := len(err.Error()); n > 16<<10+200 || n < 1000 {
+		t.Fatalf("big error message is %d bytes", n)
+	}
+	sameLane(t, p, pid)
+}
+
+func TestCodecCyclicAndDeep(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1}, codecTasks...)
+	ctx := context.Background()
+	pid := p.Stats().Lanes[0].PID
+	loop := &cnode{Val: 1}
+	loop.Next = loop
+	_, err := walkList.Call(ctx, p, loop)
+	wantCode(t, "cyclic input", err, knit.CodeUnsupportedType)
+	if !strings.Contains(err.Error(), "cyclic") {
+		t.Fatalf("cyclic input: %v does not say why", err)
+	}
+	if n, err := walkList.Call(ctx, p, &cnode{Next: &cnode{}}); err != nil || n != 2 {
+		t.Fatalf("list of two: %d, %v", n, err)
+	}
+	_, err = cyclicOut.Call(ctx, p, 0)
+	wantCode(t, "cyclic output", err, knit.CodeUnsupportedType)
+	sameLane(t, p, pid)
+
+	var deep any = 1
+	for range 40 {
+		deep = []any{deep}
+	}
+	_, err = deepAny.Call(ctx, p, deep)
+	wantCode(t, "deep input", err, knit.CodeUnsupportedType)
+	sameLane(t, p, pid)
+
+	// Goroutine lanes share values by reference: a cycle is just a value there.
+	g, err := knit.NewPool(knit.Config{Lanes: 1}, walkList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(ctx)
+	if n, err := walkList.Call(ctx, g, loop); err != nil || n != 1000 {
+		t.Fatalf("goroutine lane: %d, %v", n, err)
+	}
+}
+
+func TestCodecLaneRefusesInput(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Process: knit.ProcessConfig{Env: []string{"KNIT_TEST_FORGE=1"}}}, codecTasks...)
+	pid := p.Stats().Lanes[0].PID
+	_, err := refuseOnLane.Call(context.Background(), p, 7)
+	wantCode(t, "input the lane cannot decode", err, knit.CodeUnsupportedType)
+	sameLane(t, p, pid)
+}
+
+// A lane that answers with a small payload decoding into a huge value: the host refuses it
+// before allocating, and survives.
+func TestCodecForgedResultBudget(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Process: knit.ProcessConfig{Env: []string{"KNIT_TEST_FORGE=1"}}}, codecTasks...)
+	for _, n := range []int{65536, 1 << 20} { // 512 MiB, 8 GiB
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := forge.Call(context.Background(), p, n)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Fatalf("forged result of %d empty strings decoded", n)
+		}
+		if !errors.Is(err, actors.ErrOverBudget) {
+			t.Fatalf("forged result of %d empty strings: %v, want the decode budget refusal", n, err)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
+			t.Fatalf("forged result of %d empty strings: the host allocated %d MiB", n, got>>20)
+		}
+	}
+	if v, err := forge.Call(context.Background(), p, 3); err != nil || len(v) != 3 {
+		t.Fatalf("a small forged result (within the budget) = %d, %v", len(v), err)
+	}
+}
+
+func TestCodecUnexportedFieldRefused(t *testing.T) {
+	_, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process}, add, hidden)
+	wantCode(t, "NewPool", err, knit.CodeUnsupportedType)
+	for _, want := range []string{"test.codec.hidden", "hiddenField", "secret"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("NewPool error %q does not name %q", err, want)
+		}
+	}
+	// Goroutine lanes pass values by reference: the field arrives.
+	g, err := knit.NewPool(knit.Config{Lanes: 1}, hidden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	if _, err := hidden.Call(context.Background(), g, hiddenField{Name: "x", secret: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewPoolNilTask(t *testing.T) {
+	var none *knit.Task[int, int]
+	for name, tasks := range map[string][]knit.Definition{
+		"nil":       {add, nil},
+		"typed nil": {none},
+		"zero Task": {&knit.Task[int, int]{}},
+	} {
+		_, err := knit.NewPool(knit.Config{Lanes: 1}, tasks...)
+		wantCode(t, name, err, knit.CodePoolUnavailable)
+		if !strings.Contains(err.Error(), "nil") {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestDefineRefusesNegativeTimeouts(t *testing.T) {
+	for name, opt := range map[string]knit.TaskOption{
+		"Timeout":        knit.Timeout(-1),
+		"HardTimeout":    knit.HardTimeout(-5),
+		"TimeoutDefault": knit.TimeoutDefault(-1, 0),
+		"nil":            nil,
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				if r == nil || !strings.Contains(r.(string), "test.codec.negative."+name) {
+					t.Errorf("%s: Define did not panic naming the task: %v", name, r)
+				}
+			}()
+			knit.Define("test.codec.negative."+name, func(context.Context, int) (int, error) { return 0, nil }, opt)
+		}()
+	}
+}
+
+func TestTaskPanicKeepsStackOutOfMessage(t *testing.T) {
+	g, err := knit.NewPool(knit.Config{Lanes: 1}, boom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	p := newProcessPool(t, knit.Config{Lanes: 1}, boom)
+	for name, pool := range map[string]*knit.Pool{"goroutine": g, "process": p} {
+		_, err := boom.Call(context.Background(), pool, "kaboom")
+		wantCode(t, name, err, knit.CodeTaskPanic)
+		if strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "panic: kaboom") {
+			t.Errorf("%s: message %q carries a stack, or not the value", name, err)
+		}
+		var pe *knit.PanicError
+		if !errors.As(err, &pe) || !strings.Contains(string(pe.Stack), "goroutine") || pe.Error() != "panic: kaboom" {
+			t.Errorf("%s: PanicError %+v", name, pe)
+		}
+	}
+}
+
+// The lane's decoder keeps to the budget too: a forged input fails its call with an input
+// error and the lane lives on.
+func TestCodecForgedInputBudget(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Process: knit.ProcessConfig{Env: []string{"KNIT_TEST_FORGE=1"}}}, codecTasks...)
+	pid := p.Stats().Lanes[0].PID
+	for _, n := range []int64{65536, 1 << 20} {
+		forgeCount.Store(n)
+		_, err := forgeIn.Call(context.Background(), p, nil)
+		wantCode(t, "forged input", err, knit.CodeUnsupportedType)
+		if !strings.Contains(err.Error(), "budget") {
+			t.Fatalf("forged input: %v does not name the budget", err)
+		}
+		sameLane(t, p, pid)
+	}
+	forgeCount.Store(2)
+	if n, err := forgeIn.Call(context.Background(), p, nil); err != nil || n != 2 {
+		t.Fatalf("small forged input: %d, %v", n, err)
+	}
+}
