@@ -204,13 +204,15 @@ func (p *Pool) kickReapers() {
 	}
 }
 
-// drainAll settles the results waiting on every process lane's return ring.
-func (p *Pool) drainAll() {
+// drainAll settles the results waiting on every process lane's return ring and reports
+// how many there were.
+func (p *Pool) drainAll() (settled int) {
 	for i := range p.lanes {
 		if l := p.lanes[i].Load(); l != nil && l.reaper {
-			l.drain()
+			settled += l.drain()
 		}
 	}
+	return settled
 }
 
 // newCall describes a started record for dispatch; process pools encode the input now,

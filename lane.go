@@ -3,9 +3,11 @@ package knit
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
+	"github.com/knitgo/knit/internal/spin"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
 )
@@ -111,7 +114,7 @@ func (l *lane) start() error {
 	close(l.reaped) // an in-process lane drains its own results: no reaper
 	l.started = true
 	exec := &actors.Executor{
-		Region: l.region, Lane: l.laneBell, Drain: l.drain,
+		Region: l.region, Lane: l.laneBell, Drain: func() { l.drain() },
 		Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex, Panic: cfg.PanicCrashesLane,
 	}
 	go func() {
@@ -279,23 +282,24 @@ func (l *lane) flushLocked() bool {
 // region is never unmapped: after letting go, drain looks again there, so that a result
 // published while it held the lock, whose producer found the lock taken, is still drained.
 // (A process lane's results are found by the reaper or a spinning caller, which loop.)
-func (l *lane) drain() {
+func (l *lane) drain() (settled int) {
 	for {
 		if !l.draining.CompareAndSwap(false, true) {
-			return
+			return settled
 		}
 		if l.fenced.Load() {
 			l.draining.Store(false)
-			return
+			return settled
 		}
 		pending := l.ret.Poll()
 		if pending == 0 {
 			l.draining.Store(false)
 			if l.proc != nil || l.ret.Peek() == 0 {
-				return
+				return settled
 			}
 			continue
 		}
+		settled += bits.OnesCount32(pending)
 		if l.proc != nil {
 			// A result from another process is caused by a request we published under mu,
 			// but Go's memory model (and the race detector, which does not track mapped
@@ -318,13 +322,13 @@ func (l *lane) drain() {
 		l.draining.Store(false)
 		if bad != nil {
 			l.corrupt(bad)
-			return
+			return settled
 		}
 		if l.queued.Load() > 0 {
 			l.flush()
 		}
 		if l.proc != nil || l.ret.Peek() == 0 {
-			return
+			return settled
 		}
 	}
 }
@@ -413,14 +417,68 @@ func (l *lane) reap() {
 			}
 			continue
 		}
+		// While results keep coming, drain them by polling (for every lane: one reaper
+		// at a time does it for the whole pool); the doorbell only when they stop.
+		if l.linger() {
+			continue
+		}
 		l.done.Arm()
 		if l.ret.Peek() == 0 {
 			l.done.Wait(l.doneBell, 0)
 		}
 		l.done.Disarm()
-		if l.state.Load() == laneStopping && l.region.Stop().Load() == fastpath.StopAcknowledged {
-			l.ackOnce.Do(func() { close(l.acked) })
+		l.checkAck()
+	}
+}
+
+// checkAck notes a stopping lane's acknowledgement.
+func (l *lane) checkAck() {
+	if l.state.Load() == laneStopping && l.region.Stop().Load() == fastpath.StopAcknowledged {
+		l.ackOnce.Do(func() { close(l.acked) })
+	}
+}
+
+// linger polls every process lane's return ring for as long as results keep coming back
+// sooner than the spin budget after the last one, holding the pool's spinner token (so a
+// busy pool settles its results without a doorbell on either side). It reports whether it
+// ran at all: false when another goroutine spins already or spinning is off.
+func (l *lane) linger() bool {
+	p := l.p
+	budget := p.cfg.CallerSpin
+	if budget <= 0 || !p.spinning.CompareAndSwap(false, true) {
+		return false
+	}
+	var last time.Time
+	for i := 1; ; i++ {
+		if p.drainAll() > 0 {
+			last = time.Time{}
 		}
+		if l.ended != nil && isClosed(l.ended) || p.futures.Load() == 0 && l.waiters.Load() == 0 && !p.closing.Load() {
+			break
+		}
+		spin.Pause()
+		if i%64 != 0 {
+			continue
+		}
+		l.checkAck()
+		now := time.Now()
+		if last.IsZero() {
+			last = now
+		} else if now.Sub(last) > budget {
+			break
+		}
+		runtime.Gosched()
+	}
+	p.spinning.Store(false)
+	return true
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
