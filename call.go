@@ -81,14 +81,14 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	f := actors.NewFuture[Out]()
 	ctx, cancel, err := t.prepare(ctx, p)
 	if err != nil {
-		return f.Fail(err)
+		return actors.FailFuture(f, err)
 	}
 	r, err := t.def.Records.Alloc()
 	if err != nil {
 		if cancel != nil {
 			cancel()
 		}
-		return f.Fail(&Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err})
+		return actors.FailFuture(f, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err})
 	}
 	r.Start(ctx, in, p.id)
 	if ht := t.def.Options().HardTimeout; ht > 0 {
@@ -100,7 +100,7 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		if cancel != nil {
 			cancel()
 		}
-		return f.Fail(err)
+		return actors.FailFuture(f, err)
 	}
 	var expire func()
 	if ctx.Done() != nil {

@@ -54,8 +54,9 @@ func (f *Future[Out]) Pending() bool {
 	}
 }
 
-// Fail settles a future whose call never started.
-func (f *Future[Out]) Fail(err error) *Future[Out] {
+// FailFuture settles f, whose call never started, with err. It is a function, not a method:
+// settling belongs to knit, and a method would be one users of knit.Future could call.
+func FailFuture[Out any](f *Future[Out], err error) *Future[Out] {
 	f.err = err
 	close(f.done)
 	return f
