@@ -153,7 +153,7 @@ func (p *Pool) Help(c actors.Pender) {
 	if budget <= 0 || p.spinCold.Load() && rand.Uint32()%probeEvery != 0 {
 		return
 	}
-	if !p.spinning.CompareAndSwap(false, true) {
+	if !p.spinning.CompareAndSwap(false, true) && !p.takeOver() {
 		return // another caller drains for everyone
 	}
 	var start time.Time
@@ -190,6 +190,27 @@ func (p *Pool) Help(c actors.Pender) {
 			l.kickReaper()
 		}
 	}
+}
+
+// takeOver asks a lingering reaper for the spinner token: a caller that waits for a result
+// had better drain itself than be woken by the reaper that settles it. It reports whether
+// it got the token (not when another caller holds it: callers never hand over).
+func (p *Pool) takeOver() bool {
+	if !p.lingering.Load() {
+		return false
+	}
+	p.handover.Store(true)
+	defer p.handover.Store(false)
+	for i := 1; i <= 256; i++ {
+		if p.spinning.CompareAndSwap(false, true) {
+			return true
+		}
+		spin.Pause()
+		if i%64 == 0 {
+			runtime.Gosched()
+		}
+	}
+	return false
 }
 
 // probeEvery: while spinning does not pay, one caller in probeEvery spins anyway.

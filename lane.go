@@ -420,7 +420,7 @@ func (l *lane) reap() {
 		// While results keep coming, drain them by polling (for every lane: one reaper
 		// at a time does it for the whole pool); the doorbell only when they stop.
 		if l.linger() {
-			continue
+			continue // results came: look again
 		}
 		l.done.Arm()
 		if l.ret.Peek() == 0 {
@@ -441,20 +441,22 @@ func (l *lane) checkAck() {
 // linger polls every process lane's return ring for as long as results keep coming back
 // sooner than the spin budget after the last one, holding the pool's spinner token (so a
 // busy pool settles its results without a doorbell on either side). It reports whether it
-// ran at all: false when another goroutine spins already or spinning is off.
-func (l *lane) linger() bool {
+// settled anything: false when no result came within the budget, another goroutine spins
+// already, or spinning is off — the reaper then sleeps on the doorbell.
+func (l *lane) linger() (settled bool) {
 	p := l.p
 	budget := p.cfg.CallerSpin
 	if budget <= 0 || !p.spinning.CompareAndSwap(false, true) {
 		return false
 	}
+	p.lingering.Store(true)
 	var last time.Time
-	for i := 1; ; i++ {
+	for i := 1; !p.handover.Load(); i++ {
 		if p.drainAll() > 0 {
-			last = time.Time{}
+			last, settled = time.Time{}, true
 		}
-		if l.ended != nil && isClosed(l.ended) || p.futures.Load() == 0 && l.waiters.Load() == 0 && !p.closing.Load() {
-			break
+		if isClosed(l.ended) || p.futures.Load() == 0 && l.waiters.Load() == 0 {
+			break // (Close waits for acknowledgements on the doorbell, not here)
 		}
 		spin.Pause()
 		if i%64 != 0 {
@@ -469,8 +471,9 @@ func (l *lane) linger() bool {
 		}
 		runtime.Gosched()
 	}
+	p.lingering.Store(false)
 	p.spinning.Store(false)
-	return true
+	return settled
 }
 
 func isClosed(c <-chan struct{}) bool {

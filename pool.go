@@ -44,7 +44,9 @@ type Pool struct {
 	rr        atomic.Uint32
 
 	futures  atomic.Int64 // unsettled futures: lanes' reapers must drain for them
-	spinning atomic.Bool  // a caller polls for results, draining for everyone (Help)
+	spinning atomic.Bool  // a caller (Help) or a reaper (linger) polls for results, draining for everyone
+	// lingering is set while the spinner is a reaper; handover asks it to let a caller spin.
+	lingering, handover atomic.Bool
 	spinCold atomic.Bool  // the last spin ran out of budget: callers park at once
 	reaped   bool         // process lanes: results wait on return rings for a drainer
 	closing  atomic.Bool
