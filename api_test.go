@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/knitgo/knit"
 )
@@ -29,7 +30,7 @@ func TestFutureMethodsReadOnly(t *testing.T) {
 func TestAPIInAnyOrder(t *testing.T) {
 	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
 		t.Run(rt.String(), func(t *testing.T) {
-			p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: rt, Logger: quiet()}, add, sleepy)
+			p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: rt, Logger: quiet(), StopAckTimeout: 10 * time.Second}, add, sleepy)
 			if err != nil {
 				t.Fatal(err)
 			}
