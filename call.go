@@ -174,7 +174,7 @@ func (p *Pool) Help(c actors.Pender) {
 			p.spinCold.Store(true)
 			break
 		}
-		runtime.Gosched()
+		yield()
 	}
 	if !c.Pending() {
 		p.spinCold.Store(false)
@@ -211,6 +211,14 @@ func (p *Pool) takeOver() bool {
 		}
 	}
 	return false
+}
+
+// yield hands the processor to other goroutines and the CPU to other processes: a host
+// spinner waits for lane processes, which on a machine with fewer cores than spinners need
+// the core it holds (runtime.Gosched alone keeps the OS thread running).
+func yield() {
+	runtime.Gosched()
+	spin.Yield()
 }
 
 // probeEvery: while spinning does not pay, one caller in probeEvery spins anyway.

@@ -469,7 +469,7 @@ func (l *lane) linger() (settled bool) {
 		} else if now.Sub(last) > budget {
 			break
 		}
-		runtime.Gosched()
+		yield()
 	}
 	p.lingering.Store(false)
 	p.spinning.Store(false)
