@@ -150,7 +150,7 @@ func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, 
 // except one in probeEvery, which spins to see whether results come back quickly again.
 func (p *Pool) Help(c actors.Pender) {
 	budget := p.cfg.CallerSpin
-	if budget <= 0 || p.spinCold.Load() && rand.Uint32()%probeEvery != 0 {
+	if budget <= 0 || p.spinMisses.Load() >= coldAfter && rand.Uint32()%probeEvery != 0 {
 		return
 	}
 	if !p.spinning.CompareAndSwap(false, true) && !p.takeOver() {
@@ -171,13 +171,13 @@ func (p *Pool) Help(c actors.Pender) {
 		if start.IsZero() {
 			start = time.Now()
 		} else if time.Since(start) > budget {
-			p.spinCold.Store(true)
+			p.spinMisses.Add(1)
 			break
 		}
 		yield()
 	}
-	if !c.Pending() {
-		p.spinCold.Store(false)
+	if !c.Pending() && p.spinMisses.Load() != 0 {
+		p.spinMisses.Store(0)
 	}
 	p.spinning.Store(false)
 	// Reapers stand aside while a caller spins: wake them if anything is left for them.
@@ -220,6 +220,9 @@ func yield() {
 	runtime.Gosched()
 	spin.Yield()
 }
+
+// coldAfter is how many spins in a row must run out before callers park at once.
+const coldAfter = 3
 
 // probeEvery: while spinning does not pay, one caller in probeEvery spins anyway.
 const probeEvery = 16

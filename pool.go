@@ -47,12 +47,12 @@ type Pool struct {
 	spinning atomic.Bool  // a caller (Help) or a reaper (linger) polls for results, draining for everyone
 	// lingering is set while the spinner is a reaper; handover asks it to let a caller spin.
 	lingering, handover atomic.Bool
-	spinCold atomic.Bool  // the last spin ran out of budget: callers park at once
-	reaped   bool         // process lanes: results wait on return rings for a drainer
-	closing  atomic.Bool
-	requeued atomic.Int64 // calls that lost their lane and look for another
-	drained  chan struct{} // closed when closing and nothing is in flight
-	drainMu  sync.Once
+	spinMisses          atomic.Int32 // spins in a row that ran out of budget: at coldAfter, callers park at once
+	reaped              bool         // process lanes: results wait on return rings for a drainer
+	closing             atomic.Bool
+	requeued            atomic.Int64  // calls that lost their lane and look for another
+	drained             chan struct{} // closed when closing and nothing is in flight
+	drainMu             sync.Once
 
 	changeMu sync.Mutex
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails

@@ -161,35 +161,45 @@ func (c Completion) Signal(bell Bell) bool {
 type Spinner struct {
 	Budget time.Duration // longest spin (zero or less: none)
 	OS     bool          // yield to other processes too, not only to other goroutines
-	// cold is set when a spin ran out: the next waits park at once until a park shows that
-	// work came back within Budget after all.
-	cold bool
+	// misses counts spins in a row that ran out; at coldAfter the spinner is cold: the next
+	// waits park at once until a park shows that work came back within Budget after all.
+	misses int
 }
 
-const yieldEvery = 64
+// coldAfter is how many spins in a row must run out before a spinner stops spinning: one
+// unlucky gap (a descheduled peer) must not make both sides of a busy lane park.
+const coldAfter = 3
+
+const (
+	yieldEvery   = 64
+	osYieldEvery = 8
+)
 
 // Until reports whether ready returned true within the spin. False means: park.
 func (s *Spinner) Until(ready func() bool) bool {
 	if ready() {
+		s.misses = 0
 		return true
 	}
-	if s.Budget <= 0 || s.cold {
+	if s.Budget <= 0 || s.misses >= coldAfter {
 		return false
 	}
 	start := time.Now()
 	for i := 1; ; i++ {
 		spin.Pause()
 		if ready() {
+			s.misses = 0
 			return true
+		}
+		if s.OS && i%osYieldEvery == 0 {
+			spin.Yield() // often: a peer with work may be waiting for this core
 		}
 		if i%yieldEvery == 0 {
 			if time.Since(start) >= s.Budget {
-				s.cold = true
+				s.misses++
 				return false
 			}
-			if s.OS {
-				spin.Yield()
-			} else {
+			if !s.OS {
 				runtime.Gosched()
 			}
 		}
@@ -200,6 +210,6 @@ func (s *Spinner) Until(ready func() bool) bool {
 // shorter than the budget means the work came soon enough for spinning to pay again.
 func (s *Spinner) Parked(d time.Duration) {
 	if d < s.Budget {
-		s.cold = false
+		s.misses = 0
 	}
 }
