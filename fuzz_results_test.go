@@ -26,11 +26,11 @@ type seenResult struct {
 
 // Fuzz ops: what FuzzHostResults's lane does with each pair of input bytes (op, arg).
 const (
-	opResult  = iota // a result for held call arg (or for a made-up one), sized and filled from the input
-	opResult2        // the same (results are the common case)
-	opHeader         // overwrite 4 bytes of a result slot's header
-	opArena          // overwrite bytes of the return arena
-	opProducer       // flip bits of the return ring's producer word: publish whatever the slots hold
+	opResult   = iota // a result for held call arg (or for a made-up one), sized and filled from the input
+	opResult2         // the same (results are the common case)
+	opHeader          // overwrite 4 bytes of a result slot's header
+	opArena           // overwrite bytes of the return arena
+	opProducer        // flip bits of the return ring's producer word: publish whatever the slots hold
 	nOps
 )
 
@@ -42,9 +42,9 @@ const (
 // settled with a value got the value its result slot carried.
 func FuzzHostResults(f *testing.F) {
 	f.Add([]byte{})
-	f.Add([]byte{opResult, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8})                         // add's result
-	f.Add([]byte{opResult, 3, 5, 'h', 'e', 'l', 'l', 'o'})                        // echo's result
-	f.Add([]byte{opResult | 0x40, 4, 2, 0x82, 0x61, 0x61})                        // environ's, through the arena
+	f.Add([]byte{opResult, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8})                          // add's result
+	f.Add([]byte{opResult, 3, 5, 'h', 'e', 'l', 'l', 'o'})                         // echo's result
+	f.Add([]byte{opResult | 0x40, 4, 2, 0x82, 0x61, 0x61})                         // environ's, through the arena
 	f.Add([]byte{opResult, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8, opResult, 0, 8, 0, 0, 0}) // twice
 	f.Add([]byte{opResult, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, opHeader, 0, 8, 9, 0, 0, 0})
 	f.Add([]byte{opResult, 2, 0, opHeader, 0, 0, 0xff, 0xff, 0, 0})
