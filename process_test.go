@@ -508,6 +508,11 @@ func TestProcessCorruptResultKillsLane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Once the call runs, the lane's end fails it; before, it would run again on lane 1
+	// and sleep there for good.
+	for region.Running().Load()&1 == 0 {
+		time.Sleep(time.Millisecond)
+	}
 	forge := region.Returns().Producer()
 	slot, ok := forge.Reserve()
 	if !ok {
