@@ -387,10 +387,17 @@ func settle[T any](t *testing.T, what string, f *knit.Future[T]) (T, error) {
 // heartbeat that stood still), callers of that lane get its coded end or a correct value,
 // the other lanes serve on untouched, and the lane comes back.
 func TestHostileScribbleWholeRegion(t *testing.T) {
+	for _, mode := range []knit.SharedMemoryMode{knit.Inherit, knit.Named} {
+		t.Run(mode.String(), func(t *testing.T) { scribbleWholeRegion(t, mode) })
+	}
+}
+
+func scribbleWholeRegion(t *testing.T, mode knit.SharedMemoryMode) {
 	base := takeBaseline(t)
 	rec := newRecorder()
 	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 3, Logger: quiet(), OnEvent: rec.record,
-		Liveness: 300 * time.Millisecond, Balancer: knit.RoundRobin, Process: knit.ProcessConfig{Env: quickExit}}, moreHostileTasks...)
+		Liveness: 300 * time.Millisecond, Balancer: knit.RoundRobin,
+		Process: knit.ProcessConfig{Env: quickExit, SharedMemory: mode}}, moreHostileTasks...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,6 +450,7 @@ func TestHostileScribbleWholeRegion(t *testing.T) {
 	if end.Code != knit.CodeWorkerCrashed && end.Code != knit.CodeUnresponsive {
 		t.Errorf("scribbling lane ended %s (%s), want killed by the host", end.Code, end.Reason)
 	}
+	t.Logf("scribbling lane %d ended %s (%s)", bad, end.Code, end.Reason)
 	rec.await(t, "scribbling lane back", func(e knit.Event) bool {
 		return e.Lane == bad && e.To == knit.StateReady && e.Incarnation > end.Incarnation
 	})
