@@ -1,5 +1,19 @@
 package knit
 
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/shm"
+)
+
 // NewUnsupervisedPool starts a pool whose lanes run without a supervision tree, for the
 // benchmark that shows the tree costs the call path nothing.
 func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
@@ -14,3 +28,79 @@ func LaneDebug(p *Pool) string { return p.laneDebug }
 
 // TaskIndex is a task's registry index (hostile tests forge slots naming it).
 func TaskIndex[In, Out any](t *Task[In, Out]) uint32 { return t.def.Index() }
+
+// ResultHarness is the host side of one process lane over a heap region, with no process
+// behind it: FuzzHostResults plays the lane, writing whatever it likes into the return ring
+// and arena, and has the host drain them. It starts no goroutine.
+type ResultHarness struct {
+	p *Pool
+	l *lane
+}
+
+// noProcess is the process id a harness lane reports: above any pid_max, so that the kill
+// of its process group that a corrupt ring causes reaches no process (ESRCH).
+const noProcess = math.MaxInt32
+
+// NewResultHarness builds a process pool of one lane with no process, serving tasks.
+func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
+	if err := syscall.Kill(-noProcess, 0); err != syscall.ESRCH {
+		return nil, fmt.Errorf("process group %d: %v, want ESRCH", noProcess, err)
+	}
+	cfg := Config{Runtime: Process, Lanes: 1, CallerSpin: -1, Liveness: -1}.withDefaults()
+	nop := zap.NewNop()
+	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(), reaped: true,
+		root: nop, log: nop, laneLog: nop, fastLog: nop, codecLog: nop,
+		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
+		lanes: make([]atomic.Pointer[lane], 1), events: make(chan Event, 1)}
+	p.byIndex = make([]actors.Def, len(actors.All()))
+	for _, t := range tasks {
+		d := t.actorsDef()
+		if p.byIndex[d.Index()] == nil {
+			p.byIndex[d.Index()] = d
+			p.defs = append(p.defs, d)
+		}
+	}
+	layout := fastpath.Layout{Inline: 64, Arena: 4096, AbortBits: 8}
+	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, 0, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	l := newLane(p, 0, 0)
+	l.region = region
+	pl := &procLane{child: &child{pid: noProcess}, ready: make(chan struct{}), exited: make(chan struct{}), gone: make(chan struct{})}
+	close(pl.ready)
+	for i := range layout.AbortBits {
+		pl.abortFree = append(pl.abortFree, int32(layout.AbortBits-1-i))
+	}
+	pl.abortOwner = make([]uint64, layout.AbortBits)
+	l.proc = pl
+	l.req, l.ret = region.Requests().Producer(), region.Returns().Consumer()
+	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
+	l.wake.SetAwake() // calls are not rung for: the harness takes them when it likes
+	l.done, l.doneBell = region.Returns().Completion(), fastpath.NewChanBell()
+	l.reaper, l.started = true, true
+	p.lanes[0].Store(l)
+	return &ResultHarness{p: p, l: l}, nil
+}
+
+// Pool is the harness's pool: calls made on it are published on the request ring.
+func (h *ResultHarness) Pool() *Pool { return h.p }
+
+// Region is the lane's region, for the harness to play the lane on.
+func (h *ResultHarness) Region() *fastpath.Region { return h.l.region }
+
+// Drain has the host drain the return ring, as its reaper would.
+func (h *ResultHarness) Drain() int { return h.l.drain() }
+
+// Corrupt is why the host would have killed the lane as corrupt, if it would have.
+func (h *ResultHarness) Corrupt() error {
+	h.l.proc.killMu.Lock()
+	defer h.l.proc.killMu.Unlock()
+	return h.l.proc.killed.Corrupt
+}
+
+// Close ends the lane as if its process had exited: every call it still holds settles.
+func (h *ResultHarness) Close() {
+	h.p.closing.Store(true) // calls that had not started fail rather than look for a lane
+	h.l.close(&Error{Code: CodeThreadClosed, Lane: 0, Message: "harness closed"}, true)
+}

@@ -408,8 +408,10 @@ func (l *lane) reap() {
 			return
 		default:
 		}
-		// Nobody waits, or a spinning caller drains for everyone: idle until kicked.
-		if (l.waiters.Load() == 0 && l.p.futures.Load() == 0 && !l.p.closing.Load()) || l.p.spinning.Load() {
+		// Nobody waits, or a spinning caller drains for everyone: idle until kicked. Not
+		// while the lane is stopping: a spinner drains every lane but notes only its own
+		// lane's acknowledgement, so this reaper must wait for it on the doorbell.
+		if l.state.Load() != laneStopping && ((l.waiters.Load() == 0 && l.p.futures.Load() == 0 && !l.p.closing.Load()) || l.p.spinning.Load()) {
 			select {
 			case <-l.kick:
 			case <-l.ended:
@@ -441,8 +443,9 @@ func (l *lane) checkAck() {
 // linger polls every process lane's return ring for as long as results keep coming back
 // sooner than the spin budget after the last one, holding the pool's spinner token (so a
 // busy pool settles its results without a doorbell on either side). It reports whether it
-// settled anything: false when no result came within the budget, another goroutine spins
-// already, or spinning is off — the reaper then sleeps on the doorbell.
+// settled any result: false when another goroutine spins already, spinning is off, or no
+// result came within the budget (the reaper then sleeps on the doorbell instead of
+// lingering again, which it would do for as long as the pool is closing).
 func (l *lane) linger() (settled bool) {
 	p := l.p
 	budget := p.cfg.CallerSpin

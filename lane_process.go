@@ -324,6 +324,11 @@ func laneEnv(allow []string) []string {
 	if v, ok := os.LookupEnv("PATH"); ok && path {
 		env = append(env, "PATH="+v)
 	}
+	// The race runtime's options say how the binary runs, like PATH where it finds others
+	// (a race-built lane otherwise sleeps 1 s when it exits).
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		env = append(env, "GORACE="+v)
+	}
 	for _, a := range allow {
 		if strings.Contains(a, "=") {
 			env = append(env, a)

@@ -518,6 +518,7 @@ func (l *lane) stop() bool {
 	l.region.Stop().Store(fastpath.StopRequested)
 	l.wake.Force(l.laneBell)
 	l.mu.Unlock()
+	l.kickReaper() // an idle reaper waits for the acknowledgement from now on
 	l.debug("stop requested")
 	cfg := l.p.cfg
 	acked := waitFor(cfg.StopAckTimeout, l.ended, l.acked)
