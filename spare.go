@@ -54,7 +54,12 @@ func (p *Pool) takeSpare(inc int) *spare {
 			if !frozen(sp.pid) {
 				return sp
 			}
-			go sp.kill() // stopped: it would make the restart wait for nothing
+			// Stopped: it would make the restart wait for nothing. Close waits for the kill.
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				sp.kill()
+			}()
 		}
 	}
 	return nil
