@@ -476,6 +476,13 @@ func (l *lane) linger() (settled bool) {
 	}
 	p.lingering.Store(false)
 	p.spinning.Store(false)
+	// Other reapers stood aside while this one lingered: wake those whose lanes have a
+	// caller waiting (their own kick may have come while the token was taken).
+	for i := range p.lanes {
+		if o := p.lanes[i].Load(); o != nil && o != l && o.waiters.Load() > 0 {
+			o.kickReaper()
+		}
+	}
 	return settled
 }
 

@@ -14,9 +14,9 @@ import (
 
 // watchdog looks after a process pool's lanes every Liveness/3, whatever the calls do: it
 // drains every return ring, so that a result whose doorbell was lost (a lane that closed or
-// replaced its descriptors) still settles, and it kills a lane whose heartbeat has stood
-// still for Liveness (SIGSTOP, a stuck runtime): its calls settle and the supervisor
-// restarts it.
+// replaced its descriptors) still settles; it moves backlogs into free slots; and it kills a
+// lane whose heartbeat has stood still for Liveness (SIGSTOP, a stuck runtime): its calls
+// settle and the supervisor restarts it.
 func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(p.cfg.Liveness / 3)
@@ -40,6 +40,9 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 				continue
 			}
 			l.drain()
+			if l.queued.Load() > 0 {
+				l.flush() // a backlog is moved on submit and after results: never left behind
+			}
 			beat, ok := l.heartbeat()
 			if !ok {
 				continue
