@@ -263,6 +263,9 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.payload = r.Enc
+	if d, ok := ctx.Deadline(); ok {
+		c.deadline = d.UnixNano() // the task on the lane sees its caller's deadline
+	}
 	return c, nil
 }
 

@@ -31,9 +31,10 @@ type Executor struct {
 	// MaxCall bounds an encoded result; a larger one fails its call with
 	// PAYLOAD_TOO_LARGE (process lanes; 0: the arena size).
 	MaxCall int
-	// Context, if set, gives an encoded call its context from its abort bit (-1: none),
-	// and a function to call when the call ends.
-	Context func(abortBit int) (context.Context, func())
+	// Context, if set, gives an encoded call its context from its abort bit (-1: none) and
+	// its caller's deadline (Unix nanoseconds, 0: none), and a function to call when the
+	// call ends.
+	Context func(abortBit int, deadline int64) (context.Context, func())
 	// Panic makes a task panic end Run with the *PanicError (PanicCrashesLane).
 	Panic bool
 
@@ -43,6 +44,7 @@ type Executor struct {
 type work struct {
 	fn, id, gen, abort uint32
 	seq                uint64 // the host's sequence number of the call on this lane
+	deadline           int64  // the caller's deadline, Unix nanoseconds (0: none)
 }
 
 // Run serves calls until the host requests a stop, which it acknowledges after finishing
@@ -84,7 +86,7 @@ func (e *Executor) Run() error {
 			i := req.Next(m)
 			m &^= 1 << i
 			s := req.Slot(i)
-			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq()}
+			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq(), deadline: s.Deadline()}
 			if !e.Local {
 				p, err := req.Payload(i)
 				if err != nil {
@@ -112,7 +114,7 @@ func (e *Executor) Run() error {
 			if e.Local {
 				o = t.RunLocal(w.id, w.gen)
 			} else {
-				out, o = e.runEncoded(t, inputs[k], int(w.abort)-1)
+				out, o = e.runEncoded(t, inputs[k], int(w.abort)-1, w.deadline)
 			}
 			if o == Panicked && e.Panic {
 				return e.panicOf(t, w.id, out)
@@ -157,10 +159,10 @@ func (e *Executor) panicOf(t Def, id uint32, out []byte) error {
 }
 
 // runEncoded runs a call of a process lane: decode, run under the call's context, encode.
-func (e *Executor) runEncoded(t Def, in []byte, abortBit int) ([]byte, Outcome) {
+func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([]byte, Outcome) {
 	ctx, end := context.Background(), func() {}
 	if e.Context != nil {
-		ctx, end = e.Context(abortBit)
+		ctx, end = e.Context(abortBit, deadline)
 	}
 	out, o := t.RunEncoded(ctx, in, e.scratch[:0])
 	end()

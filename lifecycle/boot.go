@@ -264,7 +264,7 @@ type abortWatch struct {
 	region  *fastpath.Region
 	mu      sync.Mutex
 	bit     int
-	cancel  context.CancelFunc
+	cancel  func()
 	stopped bool
 	done    chan struct{}
 }
@@ -275,25 +275,42 @@ func newAbortWatch(r *fastpath.Region) *abortWatch {
 	return w
 }
 
+// Causes of a process lane's call context ending, for context.Cause in a task.
+var (
+	// ErrCallerDeadline: the caller's deadline (its context's, or the task's Timeout) passed.
+	ErrCallerDeadline = &Error{Code: CodeTimeout, Lane: -1, Message: "the caller's deadline passed",
+		Cause: context.DeadlineExceeded}
+	// ErrCallerCanceled: the caller gave up on the call (its context was cancelled).
+	ErrCallerCanceled = &Error{Code: CodeCanceled, Lane: -1, Message: "the caller cancelled the call",
+		Cause: context.Canceled}
+)
+
 // context returns the context for a call with abort bit bit (or none when bit is not a
-// valid bit) and a function to call when the call ends.
-func (w *abortWatch) context(bit int) (context.Context, func()) {
+// valid bit) and the caller's deadline in Unix nanoseconds (0: none), and a function to call
+// when the call ends. The context's cause says which of the two ended it.
+func (w *abortWatch) context(bit int, deadline int64) (context.Context, func()) {
+	ctx, stop := context.Background(), func() {}
+	if deadline != 0 {
+		ctx, stop = context.WithDeadlineCause(ctx, time.Unix(0, deadline), ErrCallerDeadline)
+	}
 	bits := w.region.Aborts()
 	if bit < 0 || bit >= bits.Len() {
-		return context.Background(), func() {}
+		return ctx, stop
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(ctx)
+	abort := func() { cancel(ErrCallerCanceled) }
 	w.mu.Lock()
-	w.bit, w.cancel = bit, cancel
+	w.bit, w.cancel = bit, abort
 	w.mu.Unlock()
 	if bits.Test(bit) { // aborted before it started
-		cancel()
+		abort()
 	}
 	return ctx, func() {
 		w.mu.Lock()
 		w.bit, w.cancel = -1, nil
 		w.mu.Unlock()
-		cancel()
+		cancel(nil)
+		stop()
 	}
 }
 
