@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/actors"
@@ -101,6 +102,12 @@ type Config struct {
 	// looks at every return ring, so that a lost doorbell cannot strand results (default
 	// 3s; negative: no watchdog).
 	Liveness time.Duration
+	// Propagator carries values of each caller's context into process lanes — with
+	// propagation.TraceContext{}, a trace goes on in the task — when the lane binary's
+	// knit.Main has the same propagator (WithPropagator). Default: none; with one, each call
+	// to a process lane costs an Inject and a few small allocations. (Goroutine lanes run
+	// tasks under the caller's own context.)
+	Propagator propagation.TextMapPropagator
 	// Process configures process lanes.
 	Process ProcessConfig
 	// Logger receives knit's logs and the output of process lanes; it decides their levels

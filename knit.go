@@ -26,6 +26,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/lifecycle"
 )
@@ -73,6 +75,12 @@ var (
 	ErrWorkerStartupFailed = lifecycle.ErrStartupFailed
 	ErrWorkerUnresponsive  = lifecycle.ErrUnresponsive
 	ErrPoisonCall          = lifecycle.ErrPoisonCall
+)
+
+// Why a process-lane task's context ended, as context.Cause in the task reports it.
+var (
+	ErrCallerDeadline = lifecycle.ErrCallerDeadline // the caller's deadline passed (TIMEOUT)
+	ErrCallerCanceled = lifecycle.ErrCallerCanceled // the caller gave up on the call (CANCELED)
 )
 
 // PanicError is the Cause of a TASK_PANIC error: the panic value (its text, from a process
@@ -164,8 +172,25 @@ func (t *Task[In, Out]) actorsDef() actors.Def {
 // Main must be the first statement of main (and of TestMain in tests that use process
 // lanes). In a process started as a lane it serves tasks and exits; in the host it returns
 // at once.
-func Main() {
+func Main(opts ...MainOption) {
 	if lifecycle.IsLane() {
-		os.Exit(lifecycle.Serve())
+		var h lifecycle.Hooks
+		for _, o := range opts {
+			o.applyMain(&h)
+		}
+		os.Exit(lifecycle.Serve(h))
 	}
+}
+
+// A MainOption configures what Main gives the lanes of this binary.
+type MainOption interface{ applyMain(*lifecycle.Hooks) }
+
+type mainOption func(*lifecycle.Hooks)
+
+func (o mainOption) applyMain(h *lifecycle.Hooks) { o(h) }
+
+// WithPropagator makes lanes put the context values their callers' pools carry
+// (Config.Propagator) into each task's context, e.g. propagation.TraceContext{}.
+func WithPropagator(p propagation.TextMapPropagator) MainOption {
+	return mainOption(func(h *lifecycle.Hooks) { h.Propagator = p })
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -56,6 +57,7 @@ type Boot struct {
 	Debug       string     `json:"debug,omitempty"`
 	PanicCrash  bool       `json:"panic_crash,omitempty"`
 	Beat        int64      `json:"beat_ns,omitempty"` // heartbeat period (0: none)
+	Carry       bool       `json:"carry,omitempty"`   // inputs open with carried context fields
 }
 
 // Exit statuses of a lane process.
@@ -78,7 +80,7 @@ func IsLane() bool { return os.Getenv(EnvLane) != "" }
 // plain line "knit lane N: reason" it always was (and a crashing panic as the runtime's
 // "panic: ..." text), so that the stderr tail of a startup failure or crash report reads the
 // same whether or not the host parses the JSON lines.
-func Serve() int {
+func Serve(h Hooks) int {
 	if os.Getenv(EnvSpare) != "" {
 		switch err := awaitAssignment(); {
 		case errors.Is(err, errNotNeeded):
@@ -149,6 +151,7 @@ func Serve() int {
 	}
 	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
 	aborts := newAbortWatch(region)
+	aborts.prop = h.Propagator
 	exec := &actors.Executor{
 		Region:  region,
 		Lane:    fastpath.FutexBell{},
@@ -158,6 +161,7 @@ func Serve() int {
 		Tasks:   tasks,
 		MaxCall: b.MaxCall,
 		Context: aborts.context,
+		Carried: b.Carry,
 		Panic:   b.PanicCrash,
 	}
 	region.Boot().Store(fastpath.BootReady)
@@ -266,6 +270,7 @@ type abortWatch struct {
 	bit     int
 	cancel  func()
 	stopped bool
+	prop    propagation.TextMapPropagator // puts carried fields into a call's context
 	done    chan struct{}
 }
 
@@ -286,10 +291,16 @@ var (
 )
 
 // context returns the context for a call with abort bit bit (or none when bit is not a
-// valid bit) and the caller's deadline in Unix nanoseconds (0: none), and a function to call
-// when the call ends. The context's cause says which of the two ended it.
-func (w *abortWatch) context(bit int, deadline int64) (context.Context, func()) {
+// valid bit), the caller's deadline in Unix nanoseconds (0: none) and the carried context
+// fields, and a function to call when the call ends. The context's cause says which of the two ended it.
+func (w *abortWatch) context(bit int, deadline int64, carried []byte) (context.Context, func()) {
 	ctx, stop := context.Background(), func() {}
+	if len(carried) > 0 && w.prop != nil {
+		c := propagation.MapCarrier{}
+		if actors.EachCarried(carried, c.Set) == nil {
+			ctx = w.prop.Extract(ctx, c)
+		}
+	}
 	if deadline != 0 {
 		ctx, stop = context.WithDeadlineCause(ctx, time.Unix(0, deadline), ErrCallerDeadline)
 	}

@@ -32,13 +32,13 @@ func newWatch(t *testing.T) (*abortWatch, *fastpath.Region) {
 func TestCallContextDeadline(t *testing.T) {
 	w, _ := newWatch(t)
 	want := time.Now().Add(time.Hour).Round(0)
-	ctx, end := w.context(-1, want.UnixNano())
+	ctx, end := w.context(-1, want.UnixNano(), nil)
 	if d, ok := ctx.Deadline(); !ok || !d.Equal(want) {
 		t.Fatalf("Deadline() = %v, %v; want %v", d, ok, want)
 	}
 	end()
 
-	ctx, end = w.context(3, time.Now().Add(-time.Second).UnixNano())
+	ctx, end = w.context(3, time.Now().Add(-time.Second).UnixNano(), nil)
 	defer end()
 	<-ctx.Done()
 	if cause := context.Cause(ctx); cause != ErrCallerDeadline || !errors.Is(cause, context.DeadlineExceeded) {
@@ -51,7 +51,7 @@ func TestCallContextDeadline(t *testing.T) {
 
 func TestCallContextAbort(t *testing.T) {
 	w, r := newWatch(t)
-	ctx, end := w.context(5, 0)
+	ctx, end := w.context(5, 0, nil)
 	defer end()
 	if _, ok := ctx.Deadline(); ok {
 		t.Fatal("a call without a deadline got one")
@@ -65,7 +65,7 @@ func TestCallContextAbort(t *testing.T) {
 	}
 
 	// An ended call's context is cancelled without a cause of its own.
-	ctx2, end2 := w.context(2, 0)
+	ctx2, end2 := w.context(2, 0, nil)
 	end2()
 	if context.Cause(ctx2) != context.Canceled {
 		t.Fatalf("cause after end: %v", context.Cause(ctx2))
