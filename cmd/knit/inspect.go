@@ -338,11 +338,11 @@ func renderView(v *inspectView, t *timeline, width, height int) []byte {
 	}
 	fmt.Fprintf(&b, "\nlifecycle (latest %d)\n", len(events))
 	for _, e := range slices.Backward(events) {
-		who := fmt.Sprintf("lane %d #%d", e.Lane, e.Incarnation)
+		who := fmt.Sprintf("lane %d inc %d", e.Lane, e.Incarnation)
 		if e.Lane < 0 {
 			who = "pool"
 		}
-		line := fmt.Sprintf("%s  %-10s %s → %s", e.Time.Local().Format("15:04:05.000"), who, e.From, e.To)
+		line := fmt.Sprintf("%s  %-12s %s → %s", e.Time.Local().Format("15:04:05.000"), who, e.From, e.To)
 		if e.Code != "" {
 			line += "  " + e.Code
 		}
