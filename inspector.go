@@ -126,7 +126,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
 		_, _ = w.Write(inspectorPage)
 	case "stats":
-		writeJSON(w, json.RawMessage(in.statsJSON(in.p.recent.last())))
+		writeJSON(w, json.RawMessage(in.statsJSON(in.p.eventLog.last())))
 	case "lanes":
 		writeJSON(w, in.lanes(in.p.Stats()))
 	case "events":
@@ -135,7 +135,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		events, missed := in.p.recent.since(since)
+		events, missed := in.p.eventLog.since(since)
 		writeJSON(w, struct {
 			Events []seqEvent
 			Missed uint64 `json:",omitempty"`
@@ -214,7 +214,7 @@ func (in *inspector) statsJSON(seq uint64) json.RawMessage {
 	if in.stats != nil && in.statsSeq >= seq && time.Since(in.statsAt) < inspectStatsMaxAge {
 		return in.stats
 	}
-	seq = in.p.recent.last() // before Stats: a later event makes this snapshot stale
+	seq = in.p.eventLog.last() // before Stats: a later event makes this snapshot stale
 	s := in.p.Stats()
 	host := inspectProcess{PID: os.Getpid()}
 	host.RSS, _ = procfs.RSS(host.PID)
@@ -229,7 +229,7 @@ func (in *inspector) statsJSON(seq uint64) json.RawMessage {
 // snapshot is the stats and the events after since; it returns the number of the last
 // event it carries (since, if none).
 func (in *inspector) snapshot(since uint64, final bool) (inspectSnapshot, uint64) {
-	events, missed := in.p.recent.since(since)
+	events, missed := in.p.eventLog.since(since)
 	last := since
 	if n := len(events); n > 0 {
 		last = events[n-1].Seq
@@ -264,6 +264,9 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no") // proxies that buffer would hold the stream back
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
 
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -275,7 +278,7 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 	}()
 	var seq uint64
 	for {
-		changed := in.p.recent.changed() // before the snapshot: no event falls between
+		changed := in.p.eventLog.changed() // before the snapshot: no event falls between
 		final := isClosed(in.p.closeDone)
 		var snap inspectSnapshot
 		snap, seq = in.snapshot(seq, final)

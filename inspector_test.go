@@ -165,6 +165,12 @@ func TestInspectorJSON(t *testing.T) {
 			t.Errorf("GET %s: %s %s, want %d", path, resp.Status, b, code)
 		}
 	}
+	if resp, err := http.Head(base + "stream"); err != nil || resp.StatusCode != http.StatusOK ||
+		resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("HEAD stream: %v, %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	resp, err := http.Post(base+"stats", "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ type Pool struct {
 	closeDone chan struct{}
 	closeErr  error
 
-	recent eventRing // the last lifecycle events, for the inspector
+	eventLog eventRing // the last lifecycle events, for the inspector
 }
 
 var poolIDs atomic.Uint64
@@ -206,7 +206,7 @@ func (h host) Event(e Event) {
 	if e.To == StateCrashLoopBackoff {
 		p.signal() // calls that fail fast stop waiting
 	}
-	p.recent.add(e)
+	p.eventLog.add(e)
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(e)
 	}

@@ -259,7 +259,7 @@ var (
 	knownLane   = []string{"Lane", "State", "PID", "Incarnation", "Restarts", "InFlight", "Queued", "Completed", "Failed", "RSS"}
 	laneHeads   = []string{"LANE", "STATE", "PID", "INC", "RESTARTS", "IN FLIGHT", "BACKLOG", "COMPLETED", "FAILED", "RSS"}
 	knownStats  = []string{"Runtime", "Lanes", "Closed", "Failed", "DroppedEvents", "Spares", "Host"}
-	durationKey = regexp.MustCompile(`^(P\d+(\.\d+)?|Max|Min|Mean|Avg)$|(Latency|Duration|Wait|Run|Delay)$`)
+	durationKey = regexp.MustCompile(`^(P\d+(\.\d+)?|Max|Min|Mean|Avg)$|(Latency|Duration|Wait|Run|Delay|Window)$`)
 )
 
 // renderView is the view as text: a header, the lanes, other Stats fields and, with
