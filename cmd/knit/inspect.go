@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,6 +44,8 @@ type inspectView struct {
 	Events []inspectEvent
 	Missed uint64
 	Final  bool
+
+	order keyOrder // where each key first appears in the JSON: fields in their Go order
 }
 
 type inspectEvent struct {
@@ -143,11 +146,15 @@ func fetchSnapshot(ctx context.Context, base *url.URL) (*inspectView, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", req.URL, resp.Status)
 	}
-	var v inspectView
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&v); err != nil {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", req.URL, err)
 	}
-	return &v, nil
+	v, err := decodeView(b)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", req.URL, err)
+	}
+	return v, nil
 }
 
 // inspectLive redraws the view in place on every message of the inspector's stream, until
@@ -214,12 +221,12 @@ func readStream(ctx context.Context, u string, draw func(*inspectView)) (final b
 		line := bytes.TrimSuffix(sc.Bytes(), []byte("\r"))
 		switch {
 		case len(line) == 0 && len(data) > 0:
-			var v inspectView
-			if err := json.Unmarshal(data, &v); err != nil {
+			v, err := decodeView(data)
+			if err != nil {
 				return false, err
 			}
 			data = data[:0]
-			draw(&v)
+			draw(v)
 			if v.Final {
 				return true, nil
 			}
@@ -231,6 +238,94 @@ func readStream(ctx context.Context, u string, draw func(*inspectView)) (final b
 		return false, err
 	}
 	return false, io.ErrUnexpectedEOF
+}
+
+// decodeView decodes a snapshot and notes the order of its keys.
+func decodeView(b []byte) (*inspectView, error) {
+	var v inspectView
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	v.order = keysInOrder(b)
+	return &v, nil
+}
+
+// keyOrder ranks object keys by where they first appear in a JSON document. Decoded into
+// maps, objects lose the order of their fields; ranked, Stats fields the command does not
+// know keep the order Go gave them.
+type keyOrder map[string]int
+
+func keysInOrder(b []byte) keyOrder {
+	o := keyOrder{}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	// For each open container: is it an object, and is the next token in it a key?
+	type level struct{ object, key bool }
+	var stack []level
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return o
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].object && stack[top].key {
+			if k, ok := tok.(string); ok {
+				if _, seen := o[k]; !seen {
+					o[k] = len(o)
+				}
+				stack[top].key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, level{object: true, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, level{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+			top--
+		}
+		if top >= 0 && stack[top].object { // a value ended: a key comes next
+			stack[top].key = true
+		}
+	}
+}
+
+// keys are m's keys in document order (unknown ones last, by name).
+func (o keyOrder) keys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		ra, oka := o[a]
+		rb, okb := o[b]
+		switch {
+		case oka && okb:
+			return ra - rb
+		case oka != okb:
+			if oka {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
+}
+
+// heading is a field name as a column heading: TotalCompleted → TOTAL COMPLETED.
+func heading(k string) string {
+	var b strings.Builder
+	for i, r := range k {
+		if i > 0 && unicode.IsUpper(r) && unicode.IsLower(rune(k[i-1])) {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
 }
 
 // timeline keeps the latest lifecycle events across snapshots.
@@ -292,9 +387,9 @@ func renderView(v *inspectView, t *timeline, width, height int) []byte {
 	cols := slices.Clone(knownLane)
 	heads := slices.Clone(laneHeads)
 	for _, l := range lanes {
-		for _, k := range sortedKeys(l) {
+		for _, k := range v.order.keys(l) {
 			if !slices.Contains(cols, k) {
-				cols, heads = append(cols, k), append(heads, strings.ToUpper(k))
+				cols, heads = append(cols, k), append(heads, heading(k))
 			}
 		}
 	}
@@ -320,12 +415,12 @@ func renderView(v *inspectView, t *timeline, width, height int) []byte {
 	_ = tw.Flush()
 
 	// Stats fields this command does not know, such as per-task latency.
-	for _, name := range sortedKeys(s) {
+	for _, name := range v.order.keys(s) {
 		if slices.Contains(knownStats, name) {
 			continue
 		}
 		fmt.Fprintf(&b, "\n%s\n", name)
-		renderRecords(&b, s[name])
+		renderRecords(&b, v.order, s[name])
 	}
 
 	events := t.events
@@ -361,13 +456,13 @@ func renderView(v *inspectView, t *timeline, width, height int) []byte {
 }
 
 // renderRecords writes a list or map of records as a table, anything else as a line.
-func renderRecords(b *bytes.Buffer, v any) {
+func renderRecords(b *bytes.Buffer, order keyOrder, v any) {
 	var rows []map[string]any
 	switch x := v.(type) {
 	case []any:
 		rows = records(x)
 	case map[string]any:
-		for _, k := range sortedKeys(x) {
+		for _, k := range order.keys(x) {
 			r, ok := x[k].(map[string]any)
 			if !ok {
 				rows = []map[string]any{x}
@@ -385,7 +480,7 @@ func renderRecords(b *bytes.Buffer, v any) {
 	}
 	var cols []string
 	for _, r := range rows {
-		for _, k := range sortedKeys(r) {
+		for _, k := range order.keys(r) {
 			if !slices.Contains(cols, k) {
 				cols = append(cols, k)
 			}
@@ -395,7 +490,11 @@ func renderRecords(b *bytes.Buffer, v any) {
 		cols = append([]string{"Name"}, slices.Delete(cols, i, i+1)...)
 	}
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  "+strings.ToUpper(strings.Join(cols, "\t"))+"\t")
+	heads := make([]string, len(cols))
+	for i, c := range cols {
+		heads[i] = heading(c)
+	}
+	fmt.Fprintln(tw, "  "+strings.Join(heads, "\t")+"\t")
 	for _, r := range rows {
 		cells := make([]string, len(cols))
 		for i, c := range cols {
@@ -425,15 +524,6 @@ func records(v any) []map[string]any {
 		}
 	}
 	return rows
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func num(v any) float64 {

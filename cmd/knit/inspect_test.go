@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +160,23 @@ func TestInspectorURL(t *testing.T) {
 		u, err := inspectorURL(in)
 		if err != nil || u.String() != want {
 			t.Errorf("inspectorURL(%q) = %v, %v; want %s", in, u, err, want)
+		}
+	}
+}
+
+func TestKeysInOrder(t *testing.T) {
+	doc := []byte(`{"Stats":{"Zed":1,"Lanes":[{"Lane":0,"Beta":[1,{"Inner":2}],"Alpha":"x"}],"Tasks":[{"Task":"a","P50":1}]},"Events":[]}`)
+	o := keysInOrder(doc)
+	got := o.keys(map[string]any{"Alpha": 1, "Lane": 1, "Beta": 1, "Unknown": 1, "Another": 1})
+	if want := []string{"Lane", "Beta", "Alpha", "Another", "Unknown"}; !slices.Equal(got, want) {
+		t.Errorf("keys = %q, want %q (order %v)", got, want, o)
+	}
+	if o["Inner"] <= o["Beta"] || o["Alpha"] <= o["Inner"] || o["Task"] >= o["P50"] || o["Events"] != len(o)-1 {
+		t.Errorf("order %v", o)
+	}
+	for in, want := range map[string]string{"TotalCompleted": "TOTAL COMPLETED", "P99": "P99", "PID": "PID", "Crashes": "CRASHES"} {
+		if got := heading(in); got != want {
+			t.Errorf("heading(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
