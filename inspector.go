@@ -55,14 +55,17 @@ func Inspector(p *Pool) http.Handler {
 var inspectorPage []byte
 
 const (
-	inspectMaxStreams   = 64
-	inspectInterval     = time.Second
-	inspectMinInterval  = 100 * time.Millisecond
-	inspectMaxInterval  = time.Minute
-	inspectMinGap       = 50 * time.Millisecond  // between two messages of a stream
-	inspectStatsMaxAge  = 100 * time.Millisecond // a snapshot of Stats serves streams this long
-	inspectWriteTimeout = 10 * time.Second
+	inspectMaxStreams  = 64
+	inspectInterval    = time.Second
+	inspectMinInterval = 100 * time.Millisecond
+	inspectMaxInterval = time.Minute
+	inspectMinGap      = 50 * time.Millisecond  // between two messages of a stream
+	inspectStatsMaxAge = 100 * time.Millisecond // a snapshot of Stats serves streams this long
 )
+
+// inspectWriteTimeout bounds each write of a stream: a client that reads nothing for it is
+// dropped. A variable for tests.
+var inspectWriteTimeout = 10 * time.Second
 
 type inspector struct {
 	p       *Pool
