@@ -116,10 +116,13 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	if path == "" {
 		// Mounted with StripPrefix at "/x" and asked for "/x": the page's relative links
-		// need "/x/".
+		// need "/x/". (Mounted with StripPrefix("/"), the page itself comes as "".)
 		page, _, _ := strings.Cut(r.RequestURI, "?")
-		http.Redirect(w, r, strings.TrimSuffix(page, "/")+"/"+queryOf(r), http.StatusMovedPermanently)
-		return
+		if strings.HasPrefix(page, "/") && !strings.HasPrefix(page, "//") && !strings.HasSuffix(page, "/") {
+			http.Redirect(w, r, page+"/"+queryOf(r), http.StatusMovedPermanently)
+			return
+		}
+		path = "/"
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -160,6 +160,15 @@ func TestInspectorJSON(t *testing.T) {
 		t.Fatalf("GET /debug/knit ended at %s: %s", resp.Request.URL, resp.Status)
 	}
 
+	// Mounted with StripPrefix("/"), the page comes as "": it is served, not redirected.
+	root := httptest.NewServer(http.StripPrefix("/", knit.Inspector(p)))
+	defer root.Close()
+	if resp, page := get(t, root.URL+"/"); resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "EventSource") {
+		t.Fatalf("page at the root: %s", resp.Status)
+	}
+	var rootLanes []laneView
+	getJSON(t, root.URL+"/lanes", &rootLanes)
+
 	for path, code := range map[string]int{"nope": 404, "events?since=x": 400, "snapshot?since=-1": 400, "stream?interval=soon": 400} {
 		if resp, b := get(t, base+path); resp.StatusCode != code {
 			t.Errorf("GET %s: %s %s, want %d", path, resp.Status, b, code)
