@@ -60,10 +60,10 @@ func TestInspectorPage(t *testing.T) {
 	if err := chromedp.Do(browser, chromedp.Navigate(srv.URL+"/debug/knit/")); err != nil {
 		t.Fatal(err)
 	}
-	// Every lane, ready, with its process.
+	// Every lane, ready, with its process and the process's memory.
 	var want string
 	for _, l := range before {
-		want += fmt.Sprintf(`&& document.querySelector('#lanes tr[data-lane="%d"][data-state="ready"][data-pid="%d"]') `, l.Lane, l.PID)
+		want += fmt.Sprintf(`&& (r => r !== null && Number(r.dataset.rss) > 0)(document.querySelector('#lanes tr[data-lane="%d"][data-state="ready"][data-pid="%d"]')) `, l.Lane, l.PID)
 	}
 	waitFor(t, browser, `document.querySelectorAll("#lanes tbody tr").length === 3 `+want+
 		`&& document.querySelector('#timeline li[data-to="ready"]') !== null`)
