@@ -29,6 +29,22 @@ func (r Runtime) String() string {
 	return "goroutine"
 }
 
+// MarshalText names the runtime (JSON carries "process", not 1).
+func (r Runtime) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads a runtime's name.
+func (r *Runtime) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "goroutine":
+		*r = Goroutine
+	case "process":
+		*r = Process
+	default:
+		return fmt.Errorf("knit: unknown runtime %q", b)
+	}
+	return nil
+}
+
 // Balancer picks the lane for a call.
 type Balancer int
 

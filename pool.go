@@ -71,6 +71,8 @@ type Pool struct {
 	closeOnce sync.Once
 	closeDone chan struct{}
 	closeErr  error
+
+	eventLog eventRing // the last lifecycle events, for the inspector
 }
 
 var poolIDs atomic.Uint64
@@ -204,6 +206,7 @@ func (h host) Event(e Event) {
 	if e.To == StateCrashLoopBackoff {
 		p.signal() // calls that fail fast stop waiting
 	}
+	p.eventLog.add(e)
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(e)
 	}
