@@ -253,6 +253,7 @@ func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
 		Shm: rendezvous,
 	}
+	boot.Sandbox = laneSandbox(cfg)
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
 	}
