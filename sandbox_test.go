@@ -24,9 +24,17 @@ import (
 // Sandboxed process lanes. Every probe runs inside the lane and reports the errno its
 // operation failed with (errors.As through the wrapping os and os/exec add), or "ok".
 
-// sandboxProbe runs one operation: {"read", path}, {"write", path}, {"connect", addr},
-// {"exec", path}, {"fork"}, {"clone3"}, {"threads"}.
+// sandboxProbe runs one operation and reports its errno: {"read", path}, {"write", path},
+// {"connect", addr}, {"exec", path}, {"fork"}, {"clone3"}; {"threads", op...} runs op on
+// 32 OS threads at once and reports its result if every thread got the same.
 var sandboxProbe = knit.Define("test.sandbox.probe", func(_ context.Context, in []string) (string, error) {
+	if len(in) > 0 && in[0] == "threads" {
+		return threadsProbe(in[1:])
+	}
+	return probeOp(in)
+})
+
+func probeOp(in []string) (string, error) {
 	if len(in) == 0 {
 		return "", errors.New("empty probe")
 	}
@@ -59,39 +67,59 @@ var sandboxProbe = knit.Define("test.sandbox.probe", func(_ context.Context, in 
 	case "clone3":
 		_, _, e := unix.RawSyscall(unix.SYS_CLONE3, 0, 0, 0)
 		return errnoOf(errnoErr(e)), nil
-	case "threads":
-		return threadsProbe(), nil
 	}
 	return "", fmt.Errorf("unknown probe %q", in[0])
-})
+}
 
 // threadsProbe holds 32 goroutines on OS threads of their own at the same time, which makes
-// the runtime start threads (a fresh lane has far fewer), each making a system call.
-func threadsProbe() string {
+// the runtime start threads (a fresh lane has far fewer), and runs op on each: a layer that
+// reached only some threads shows as different results.
+func threadsProbe(op []string) (string, error) {
 	const n = 32
-	var wg sync.WaitGroup
-	tids := make(chan int, n)
+	type result struct {
+		tid int
+		got string
+		err error
+	}
+	results := make(chan result, n)
 	release := make(chan struct{})
+	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			tids <- unix.Gettid()
+			r := result{tid: unix.Gettid(), got: "ok"}
+			if len(op) > 0 {
+				r.got, r.err = probeOp(op)
+			}
+			results <- r
 			<-release
 		}()
 	}
-	seen := map[int]bool{}
+	tids, got := map[int]bool{}, map[string]int{}
+	var err error
 	for range n {
-		seen[<-tids] = true
+		r := <-results
+		tids[r.tid] = true
+		got[r.got]++
+		err = errors.Join(err, r.err)
 	}
 	close(release)
 	wg.Wait()
-	if len(seen) != n {
-		return fmt.Sprintf("%d threads for %d locked goroutines", len(seen), n)
+	switch {
+	case err != nil:
+		return "", err
+	case len(tids) != n:
+		return fmt.Sprintf("%d threads for %d locked goroutines", len(tids), n), nil
+	case len(got) != 1:
+		return fmt.Sprintf("threads disagree: %v", got), nil
 	}
-	return "ok"
+	for g := range got {
+		return g, nil
+	}
+	return "", nil
 }
 
 func errnoErr(e syscall.Errno) error {
@@ -215,7 +243,8 @@ func TestSandboxLandlock(t *testing.T) {
 			probe(t, p, "EACCES", "write", filepath.Join(ro, "file"))
 			probe(t, p, "EACCES", "read", filepath.Join(outside, "file"))
 			probe(t, p, "EACCES", "write", filepath.Join(outside, "new"))
-			probe(t, p, "EACCES", "read", "/etc/hostname")
+			probe(t, p, "EACCES", "threads", "read", filepath.Join(outside, "file"))
+			probe(t, p, "ok", "threads", "read", filepath.Join(ro, "file"))
 			if !wrapped { // bwrap --unshare-all gives the lane a network of its own
 				probe(t, p, "EACCES", "connect", ln.Addr().String())
 			}
@@ -248,6 +277,7 @@ func TestSandboxSeccomp(t *testing.T) {
 			}
 			probe(t, p, "ENOSYS", "clone3")
 			probe(t, p, "ok", "threads")
+			probe(t, p, "ENOSYS", "threads", "clone3")
 			if sum, err := add.Call(context.Background(), p, [2]int64{40, 2}); err != nil || sum != 42 {
 				t.Fatalf("a plain call on a seccomp lane: %d, %v", sum, err)
 			}
@@ -255,8 +285,10 @@ func TestSandboxSeccomp(t *testing.T) {
 	}
 	// The probes can fail: unconfined, the same lane binary runs them.
 	p := newProcessPool(t, knit.Config{Lanes: 1}, sandboxTasks...)
+	_, _, outside := sandboxDirs(t)
 	probe(t, p, "ok", "exec", "/bin/true")
 	probe(t, p, "EINVAL", "clone3")
+	probe(t, p, "ok", "read", filepath.Join(outside, "file"))
 }
 
 // A sandboxed lane that crashes is restarted like any other, sandboxed again.
@@ -334,7 +366,7 @@ func TestSandboxLandlockUnavailable(t *testing.T) {
 	if want := map[bool]int{true: 1, false: 0}[abi < 6]; downgrades != want {
 		t.Fatalf("Landlock ABI %d: %d downgrade warnings for a pool of 2 lanes, want %d: %v", abi, downgrades, want, logs.All())
 	}
-	if abi >= 1 {
-		probe(t, p, "EACCES", "read", "/etc/hostname")
+	if exe, err := os.Executable(); err == nil && abi >= 1 { // the lane binary: outside /usr
+		probe(t, p, "EACCES", "read", exe)
 	}
 }

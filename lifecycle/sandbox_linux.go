@@ -76,10 +76,14 @@ var seccompArgsOK = runtime.GOARCH != "s390x"
 // SandboxDowngrades lists, for each best-effort layer of s, what this kernel will not
 // enforce; NewPool logs it once. Lanes run on the host's kernel, also behind a Prefix.
 func SandboxDowngrades(s Sandbox) []string {
+	return sandboxDowngrades(s, landlockABI())
+}
+
+func sandboxDowngrades(s Sandbox, abi int) []string {
 	var out []string
 	if s.Landlock.Mode == SandboxBestEffort {
-		if gaps := landlockGaps(s.Landlock, landlockABI()); len(gaps) > 0 {
-			out = append(out, fmt.Sprintf("Landlock ABI %d does not enforce %s", landlockABI(), strings.Join(gaps, ", ")))
+		if gaps := landlockGaps(s.Landlock, abi); len(gaps) > 0 {
+			out = append(out, fmt.Sprintf("Landlock ABI %d does not enforce %s", abi, strings.Join(gaps, ", ")))
 		}
 	}
 	if s.Seccomp.Mode == SandboxBestEffort {
@@ -101,7 +105,7 @@ func applySandbox(s *Sandbox, log *zap.Logger) error {
 		return err
 	}
 	if s.Landlock.Mode != SandboxOff {
-		abi, err := applyLandlock(s.Landlock)
+		abi, err := applyLandlock(s.Landlock, landlockABI())
 		if err != nil {
 			return err
 		}
@@ -126,9 +130,9 @@ func applySandbox(s *Sandbox, log *zap.Logger) error {
 	return nil
 }
 
-// applyLandlock restricts the process to l and returns the ABI it was enforced with.
-func applyLandlock(l Landlock) (int, error) {
-	abi := landlockABI()
+// applyLandlock restricts the process to l on a kernel with Landlock ABI abi, and returns
+// the ABI it was enforced with (0: not at all, in best-effort mode).
+func applyLandlock(l Landlock, abi int) (int, error) {
 	if need := landlockNeeds(l); l.Mode == SandboxRequired && abi < need {
 		if abi == 0 {
 			return 0, fmt.Errorf("sandbox: Landlock required: %w: Landlock is not enabled in this kernel (not built in, or not in the lsm= boot parameter)",
