@@ -171,7 +171,7 @@ func kernelRelease() string {
 // bwrapPrefix is the documented bubblewrap recipe (docs/process-lanes.md), binding the
 // test's directories at the same paths, and the lane binary's (go test builds it under
 // /tmp, which the recipe replaces). Without bwrap the test skips, except under CI.
-func bwrapPrefix(t *testing.T, binds ...string) []string {
+func bwrapPrefix(t testing.TB, binds ...string) []string {
 	t.Helper()
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
