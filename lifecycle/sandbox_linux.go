@@ -114,16 +114,18 @@ func applySandbox(s *Sandbox, log *zap.Logger) error {
 			zap.Strings("not_enforced", gaps))
 	}
 	if s.Seccomp.Mode != SandboxOff {
-		err := seccompUsable()
-		if err == nil {
-			err = applySeccomp()
-		}
-		switch {
+		// Only a kernel (or architecture) without what the preset needs downgrades a
+		// best-effort layer; a failure to install a filter the kernel supports fails the
+		// lane in either mode.
+		switch err := seccompUsable(); {
 		case err != nil && s.Seccomp.Mode == SandboxRequired:
 			return fmt.Errorf("sandbox: seccomp required: %w", err)
 		case err != nil:
 			log.Debug("seccomp preset not applied (best effort)", zap.Error(err))
 		default:
+			if err := applySeccomp(); err != nil {
+				return fmt.Errorf("sandbox: seccomp: %w", err)
+			}
 			log.Debug("seccomp preset applied", zap.Stringer("mode", s.Seccomp.Mode))
 		}
 	}
