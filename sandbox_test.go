@@ -291,14 +291,18 @@ func TestSandboxSeccomp(t *testing.T) {
 	probe(t, p, "ok", "read", filepath.Join(outside, "file"))
 }
 
-// A sandboxed lane that crashes is restarted like any other, sandboxed again.
+// A sandboxed lane that crashes is restarted like any other, sandboxed again: its
+// replacement is the spare, which collected its region over the Named rendezvous before it
+// applied the sandbox.
 func TestSandboxCrashRestart(t *testing.T) {
 	sb := knit.Sandbox{Seccomp: knit.Seccomp{Mode: knit.SandboxRequired}}
 	_, _, outside := sandboxDirs(t)
 	if landlockABI() >= 4 {
 		sb.Landlock = knit.Landlock{Mode: knit.SandboxRequired, ReadOnly: []string{"/usr"}}
 	}
-	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), Process: knit.ProcessConfig{Sandbox: sb}}, sandboxTasks...)
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(),
+		Process: knit.ProcessConfig{Sandbox: sb, SharedMemory: knit.Named}}, sandboxTasks...)
+	knit.AwaitSpares(p) // the restart below takes the spare
 	pid := p.Stats().Lanes[0].PID
 	_, err := fault.Call(context.Background(), p, 0)
 	if !errors.Is(err, knit.ErrWorkerCrashed) || !strings.Contains(err.Error(), "fault") {
