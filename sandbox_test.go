@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +26,7 @@ import (
 // operation failed with (errors.As through the wrapping os and os/exec add), or "ok".
 
 // sandboxProbe runs one operation and reports its errno: {"read", path}, {"write", path},
-// {"connect", addr}, {"exec", path}, {"fork"}, {"clone3"}; {"threads", op...} runs op on
+// {"connect", addr}, {"exec", path}, {"signal", pid}, {"fork"}, {"clone3"}; {"threads", op...} runs op on
 // 32 OS threads at once and reports its result if every thread got the same.
 var sandboxProbe = knit.Define("test.sandbox.probe", func(_ context.Context, in []string) (string, error) {
 	if len(in) > 0 && in[0] == "threads" {
@@ -64,6 +65,12 @@ func probeOp(in []string) (string, error) {
 			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0) // the child, had it been made
 		}
 		return errnoOf(errnoErr(e)), nil
+	case "signal": // signal 0: the permission check without the signal
+		pid, err := strconv.Atoi(arg())
+		if err != nil {
+			return "", err
+		}
+		return errnoOf(unix.Kill(pid, 0)), nil
 	case "clone3":
 		_, _, e := unix.RawSyscall(unix.SYS_CLONE3, 0, 0, 0)
 		return errnoOf(errnoErr(e)), nil
@@ -245,8 +252,11 @@ func TestSandboxLandlock(t *testing.T) {
 			probe(t, p, "EACCES", "write", filepath.Join(outside, "new"))
 			probe(t, p, "EACCES", "threads", "read", filepath.Join(outside, "file"))
 			probe(t, p, "ok", "threads", "read", filepath.Join(ro, "file"))
-			if !wrapped { // bwrap --unshare-all gives the lane a network of its own
+			if !wrapped { // bwrap --unshare-all gives the lane a network and pids of its own
 				probe(t, p, "EACCES", "connect", ln.Addr().String())
+				if landlockABI() >= 6 {
+					probe(t, p, "EPERM", "signal", strconv.Itoa(os.Getpid()))
+				}
 			}
 			if _, err := os.Stat(filepath.Join(outside, "new")); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the denied write left a file behind: %v", err)
@@ -289,6 +299,7 @@ func TestSandboxSeccomp(t *testing.T) {
 	probe(t, p, "ok", "exec", "/bin/true")
 	probe(t, p, "EINVAL", "clone3")
 	probe(t, p, "ok", "read", filepath.Join(outside, "file"))
+	probe(t, p, "ok", "signal", strconv.Itoa(os.Getpid()))
 }
 
 // A sandboxed lane that crashes is restarted like any other, sandboxed again: its

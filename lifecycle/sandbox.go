@@ -81,8 +81,8 @@ type Seccomp struct {
 }
 
 // Enabled reports whether any layer is on.
-func (s *Sandbox) Enabled() bool {
-	return s != nil && (s.Landlock.Mode != SandboxOff || s.Seccomp.Mode != SandboxOff)
+func (s Sandbox) Enabled() bool {
+	return s.Landlock.Mode != SandboxOff || s.Seccomp.Mode != SandboxOff
 }
 
 // Check refuses a sandbox configuration no lane could apply: unknown modes, relative or

@@ -98,7 +98,7 @@ func sandboxDowngrades(s Sandbox, abi int) []string {
 // why a layer could not be applied; a best-effort layer the kernel lacks is logged at Debug
 // and is no error.
 func applySandbox(s *Sandbox, log *zap.Logger) error {
-	if !s.Enabled() {
+	if s == nil || !s.Enabled() {
 		return nil
 	}
 	if err := s.Check(); err != nil {

@@ -19,7 +19,7 @@ func SandboxDowngrades(s Sandbox) []string {
 
 // applySandbox fails for a required layer: Landlock and seccomp exist only on Linux.
 func applySandbox(s *Sandbox, log *zap.Logger) error {
-	if !s.Enabled() {
+	if s == nil || !s.Enabled() {
 		return nil
 	}
 	if err := s.Check(); err != nil {
