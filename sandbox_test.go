@@ -60,7 +60,10 @@ func probeOp(in []string) (string, error) {
 	case "exec":
 		return errnoOf(exec.Command(arg()).Run()), nil
 	case "fork":
-		pid, _, e := unix.RawSyscall(unix.SYS_FORK, 0, 0, 0)
+		if sysFork < 0 {
+			return "", errors.New("no fork(2) here")
+		}
+		pid, _, e := unix.RawSyscall(uintptr(sysFork), 0, 0, 0)
 		if e == 0 && pid == 0 {
 			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0) // the child, had it been made
 		}
