@@ -70,6 +70,9 @@ func probeOp(in []string) (string, error) {
 		return errnoOf(errnoErr(e)), nil
 	case "signal": // signal 0: the permission check without the signal
 		pid, err := strconv.Atoi(arg())
+		if arg() == "self" {
+			pid, err = os.Getpid(), nil
+		}
 		if err != nil {
 			return "", err
 		}
@@ -269,7 +272,8 @@ func TestSandboxLandlock(t *testing.T) {
 }
 
 // A lane under the seccomp preset cannot make processes — exec.Command fails with EPERM, so
-// does a raw fork, clone3 with ENOSYS — while the runtime still starts threads.
+// does a raw fork, clone3 with ENOSYS — nor signal any process but itself, while the runtime
+// still starts threads.
 func TestSandboxSeccomp(t *testing.T) {
 	for _, wrapped := range []bool{false, true} {
 		t.Run(map[bool]string{false: "direct", true: "bwrap"}[wrapped], func(t *testing.T) {
@@ -291,6 +295,11 @@ func TestSandboxSeccomp(t *testing.T) {
 			probe(t, p, "ENOSYS", "clone3")
 			probe(t, p, "ok", "threads")
 			probe(t, p, "ENOSYS", "threads", "clone3")
+			if !wrapped { // behind bwrap the host is in another pid namespace
+				probe(t, p, "EPERM", "signal", strconv.Itoa(os.Getpid()))
+			}
+			probe(t, p, "EPERM", "signal", "-1")
+			probe(t, p, "ok", "signal", "self")
 			if sum, err := add.Call(context.Background(), p, [2]int64{40, 2}); err != nil || sum != 42 {
 				t.Fatalf("a plain call on a seccomp lane: %d, %v", sum, err)
 			}

@@ -73,7 +73,9 @@ type Landlock struct {
 // chroot; unshare, setns; kexec_load, kexec_file_load, reboot, init_module, finit_module,
 // delete_module; bpf, perf_event_open, userfaultfd; keyctl, add_key, request_key; swapon,
 // swapoff, acct, quotactl; io_uring_setup/enter/register (io_uring runs operations that
-// seccomp never sees); name_to_handle_at, open_by_handle_at. clone3 fails with ENOSYS, so
+// seccomp never sees); name_to_handle_at, open_by_handle_at; signals to any process but the
+// lane itself (kill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo aimed elsewhere, tkill,
+// pidfd_send_signal), so a lane cannot kill its host. clone3 fails with ENOSYS, so
 // that C libraries fall back to clone, whose flags the filter can check. Any system call
 // through a foreign ABI (32-bit x86 on amd64, x32) fails with ENOSYS.
 type Seccomp struct {

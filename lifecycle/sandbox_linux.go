@@ -207,7 +207,14 @@ var seccompDenied = []string{
 	"swapon", "swapoff", "acct", "quotactl",
 	"io_uring_setup", "io_uring_enter", "io_uring_register",
 	"name_to_handle_at", "open_by_handle_at",
+	"tkill", "pidfd_send_signal", // signals by thread id or pidfd: the lane needs neither
 }
+
+// seccompSelfOnly take the target process as their first argument: the preset lets them
+// reach only the lane itself (the Go runtime signals its own threads with tgkill, and a
+// crash raises its signal with kill), so a lane cannot signal the host, another lane, its
+// process group (0) or every process it may (-1).
+var seccompSelfOnly = []string{"kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"}
 
 // seccompPolicy is the preset for this architecture.
 func seccompPolicy() (seccomp.Policy, *arch.Info, error) {
@@ -221,19 +228,28 @@ func seccompPolicy() (seccomp.Policy, *arch.Info, error) {
 			names = append(names, n)
 		}
 	}
+	// clone without CLONE_THREAD makes a process; with it, a thread.
+	conditional := []seccomp.NameWithConditions{{
+		Name: "clone",
+		Conditions: seccomp.ArgumentConditions{{
+			Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD,
+		}},
+	}}
+	// The lane's pid cannot change once the filter is on: it can neither exec nor fork.
+	self := uint64(os.Getpid())
+	for _, n := range seccompSelfOnly {
+		conditional = append(conditional, seccomp.NameWithConditions{
+			Name:       n,
+			Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.NotEqual, Value: self}},
+		})
+	}
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
 			{
-				Action: seccomp.ActionErrno, // EPERM
-				Names:  names,
-				// clone without CLONE_THREAD makes a process; with it, a thread.
-				NamesWithCondtions: []seccomp.NameWithConditions{{
-					Name: "clone",
-					Conditions: seccomp.ArgumentConditions{{
-						Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD,
-					}},
-				}},
+				Action:             seccomp.ActionErrno, // EPERM
+				Names:              names,
+				NamesWithCondtions: conditional,
 			},
 			{
 				// clone3 passes its flags in memory, where the filter cannot look: ENOSYS makes
