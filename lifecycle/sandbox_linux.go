@@ -26,8 +26,9 @@ import (
 // signal and has it make the call, so syscall.AllThreadsSyscall's ENOTSUP under cgo does not
 // arise (the lane tests run with -race and check it). A re-exec from a locked, restricted
 // thread is therefore not needed. The seccomp filters use SECCOMP_FILTER_FLAG_TSYNC, which
-// the kernel applies to all threads; they go on after Landlock, because go-landlock's
-// all-thread calls must not meet the filter. Threads started later inherit both.
+// the kernel applies to all threads; they go on last, so that go-landlock's all-thread
+// machinery (libpsx signals every thread) runs unfiltered. Threads started later inherit
+// both layers.
 
 // landlockNeeds is the Landlock ABI a required policy needs: 3 for truncation (before it, a
 // read-only file could be truncated), 4 when TCP is denied too.
