@@ -245,6 +245,10 @@ type ProcessConfig struct {
 	// waiting for a boot record — so that a restart skips process start-up (default 1;
 	// negative: none). A spare is started once the pool is up and after each one is taken.
 	Spares int
+	// Sandbox confines each lane with Landlock and a seccomp preset, applied by the lane
+	// before it serves; a layer is off, best effort or required (docs/process-lanes.md,
+	// "Containing untrusted or crashy code").
+	Sandbox Sandbox
 }
 
 const (

@@ -254,6 +254,7 @@ func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 		Carry: cfg.Propagator != nil,
 		Shm:   rendezvous,
 	}
+	boot.Sandbox = laneSandbox(cfg)
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
 	}

@@ -127,6 +127,9 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if err := checkPortable(cfg, p.defs); err != nil {
 		return nil, err
 	}
+	if err := checkSandbox(cfg, p.log); err != nil {
+		return nil, err
+	}
 	if !supervised {
 		for i := range cfg.Lanes {
 			w, err := host{p}.StartLane(i, 0)

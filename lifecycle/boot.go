@@ -58,6 +58,7 @@ type Boot struct {
 	PanicCrash  bool       `json:"panic_crash,omitempty"`
 	Beat        int64      `json:"beat_ns,omitempty"` // heartbeat period (0: none)
 	Carry       bool       `json:"carry,omitempty"`   // inputs open with carried context fields
+	Sandbox     *Sandbox   `json:"sandbox,omitempty"` // applied before the lane serves
 }
 
 // Exit statuses of a lane process.
@@ -148,6 +149,11 @@ func Serve(h Hooks) int {
 			}
 		}
 		ce.Write(zap.Strings("tasks", names))
+	}
+	// The sandbox goes on once the region is mapped (Named collects it over a socket) and
+	// before the lane serves, so that no call runs unconfined.
+	if err := applySandbox(b.Sandbox, log); err != nil {
+		return fail("%v", err)
 	}
 	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
 	aborts := newAbortWatch(region)
