@@ -250,7 +250,7 @@ func (p *Pool) drainAll() (settled int) {
 // newCall describes a started record for dispatch; process pools encode the input now,
 // refusing a value over the per-call maximum before anything is published.
 func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (call, error) {
-	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, seq: &r.Seq, cancellable: ctx.Done() != nil}
+	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, seq: &r.Seq, done: ctx.Done()}
 	if p.cfg.Runtime != Process {
 		return c, nil
 	}

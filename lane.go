@@ -31,11 +31,11 @@ const (
 type call struct {
 	def         actors.Def
 	id, gen     uint32
-	lane, abort *atomic.Int32  // the record's lane and abort-bit fields, set by the lane that takes it
-	seq         *atomic.Uint64 // the record's sequence number, set when it is published
-	payload     []byte         // the encoded input (process lanes)
-	cancellable bool           // the caller's context can end: a process lane gives it an abort bit
-	deadline    int64          // the caller's deadline in Unix nanoseconds, 0 for none (process lanes)
+	lane, abort *atomic.Int32   // the record's lane and abort-bit fields, set by the lane that takes it
+	seq         *atomic.Uint64  // the record's sequence number, set when it is published
+	payload     []byte          // the encoded input (process lanes)
+	done        <-chan struct{} // the caller's context's Done (nil: it cannot end); a process lane gives such a call an abort bit
+	deadline    int64           // the caller's deadline in Unix nanoseconds, 0 for none (process lanes)
 }
 
 // lane is the host side of one lane: the producer of its request ring (under mu, shared by
@@ -207,8 +207,17 @@ func (l *lane) accept(c *call) {
 	c.lane.Store(l.key)
 	if l.proc != nil {
 		bit := int32(-1)
-		if c.cancellable {
+		if c.done != nil {
 			bit = l.proc.allocAbort(c.def.Index(), c.id)
+			select {
+			case <-c.done:
+				// The caller gave up while the call looked for a lane (a Go future's
+				// context, or a call run again after its lane died): its expiry may have
+				// looked for the call on no lane or another one, so raise the bit here, or
+				// the task would run on until its lane dies.
+				l.raiseAbortLocked(bit)
+			default:
+			}
 		}
 		c.abort.Store(bit)
 	}

@@ -475,6 +475,15 @@ func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	if l.proc == nil || l.unmapped || bit < 0 || int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != abortOwner(fn, id) {
 		return
 	}
+	l.raiseAbortLocked(bit)
+}
+
+// raiseAbortLocked sets abort bit bit (when it is one: -1 is none) and rings the lane's
+// abort doorbell; mu is held.
+func (l *lane) raiseAbortLocked(bit int32) {
+	if bit < 0 {
+		return
+	}
 	l.region.Aborts().Set(int(bit))
 	l.region.AbortWake().Add(1)
 	_, _ = futex.Wake(l.region.AbortWake(), 1)

@@ -399,12 +399,14 @@ func (p *Pool) requeue(r actors.Retry) bool {
 		return false
 	}
 	p.requeued.Add(1) // the call is the pool's while it looks for a lane
-	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, cancellable: r.Ctx.Done() != nil}
+	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, done: r.Ctx.Done()}
 	if d, ok := r.Ctx.Deadline(); ok && p.cfg.Runtime == Process {
 		c.deadline = d.UnixNano()
 	}
 	go func() {
-		if _, err := p.dispatch(r.Ctx, c); err != nil {
+		if r.Ctx.Err() != nil { // its caller gave up: running it again would be for nobody
+			r.Fail(ctxError(r.Ctx, r.Def))
+		} else if _, err := p.dispatch(r.Ctx, c); err != nil {
 			r.Fail(err)
 		}
 		p.requeued.Add(-1)
