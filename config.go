@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/actors"
@@ -121,6 +122,14 @@ type Config struct {
 	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
 	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
 	EventBuffer int
+	// MeterProvider receives the pool's OpenTelemetry metrics (docs/operating.md lists the
+	// instruments). Default: none, which costs calls nothing; the application chooses the
+	// SDK and exporter.
+	MeterProvider metric.MeterProvider
+	// LatencyWindow is the period of the per-task latency quantiles in Stats.Tasks, which
+	// cover the last one to two periods (default 30s; negative: no quantiles, and calls take
+	// no clock readings unless MeterProvider records). Each task costs the pool 5 KB.
+	LatencyWindow time.Duration
 }
 
 // Restart is a pool's supervision policy (see the supervisor package).
@@ -246,6 +255,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.EventBuffer <= 0 {
 		c.EventBuffer = defaultEventBuffer
+	}
+	if c.LatencyWindow == 0 {
+		c.LatencyWindow = defaultLatencyWindow
 	}
 	if c.StopAckTimeout <= 0 {
 		c.StopAckTimeout = defaultStopAck

@@ -36,6 +36,9 @@ type Executor struct {
 	Context func(abortBit int) (context.Context, func())
 	// Panic makes a task panic end Run with the *PanicError (PanicCrashesLane).
 	Panic bool
+	// Timed makes the lane time each call and report it in its result slot's sequence field
+	// (nanoseconds), which the host's metrics split from the time the call waited.
+	Timed bool
 
 	scratch []byte
 }
@@ -109,10 +112,18 @@ func (e *Executor) Run() error {
 			running.Store(fastpath.RunningWord(w.seq, true))
 			var out []byte
 			var o Outcome
+			var began time.Time
+			if e.Timed {
+				began = time.Now()
+			}
 			if e.Local {
 				o = t.RunLocal(w.id, w.gen)
 			} else {
 				out, o = e.runEncoded(t, inputs[k], int(w.abort)-1)
+			}
+			var ran uint64
+			if e.Timed {
+				ran = uint64(max(time.Since(began), 1))
 			}
 			if o == Panicked && e.Panic {
 				return e.panicOf(t, w.id, out)
@@ -129,6 +140,9 @@ func (e *Executor) Run() error {
 			rs.SetCall(w.id, w.gen)
 			rs.SetAbort(w.abort)
 			rs.SetFlags(uint32(o))
+			if e.Timed {
+				rs.SetSeq(ran)
+			}
 			// Each result is published as soon as it exists: a result that waited for the
 			// rest of its burst would be lost with the lane, and its call with it.
 			ret.Publish(j)

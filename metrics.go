@@ -1,0 +1,508 @@
+package knit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/latency"
+	"github.com/knitgo/knit/lifecycle"
+)
+
+// A pool's observation: per-task latency windows for Stats, cumulative counters per lane
+// slot, and, with a meter provider that records, OpenTelemetry instruments
+// (docs/operating.md lists them). On the call path it costs, per call, two clock reads and
+// one atomic add into the task's histogram (none of it with LatencyWindow < 0 and no meter
+// provider); the instruments add their own recording, with attribute sets built
+// beforehand so that nothing is allocated.
+
+// defaultLatencyWindow is the period of the latency windows: quantiles cover the last one
+// to two of them.
+const defaultLatencyWindow = 30 * time.Second
+
+// meterName is the instrumentation scope of knit's instruments.
+const meterName = "github.com/knitgo/knit"
+
+// monoStart is the origin of the monitor's clock (monotonic).
+var monoStart = time.Now()
+
+func monoNow() time.Duration { return time.Since(monoStart) }
+
+// monitor is a pool's observation. A nil *monitor observes nothing (a pool built by a
+// test harness).
+type monitor struct {
+	p      *Pool
+	on     bool        // calls are timed: latency windows or instruments
+	tasks  []*taskObs  // by registry index; nil for tasks the pool does not serve
+	totals []laneTotal // by lane slot
+	m      *meters     // nil: no meter provider, or the no-op one
+}
+
+// taskObs is one task's share.
+type taskObs struct {
+	def  actors.Def
+	lat  *latency.Window // nil: LatencyWindow < 0
+	attr *taskAttrs      // nil without instruments
+}
+
+// laneTotal is a lane slot's counters across incarnations.
+type laneTotal struct {
+	mu        sync.Mutex // orders folding an incarnation in against Stats
+	completed uint64     // by incarnations that have been replaced
+	failed    uint64
+	crashes   atomic.Int64
+}
+
+func newMonitor(p *Pool) (*monitor, error) {
+	o := &monitor{p: p, tasks: make([]*taskObs, len(p.byIndex)), totals: make([]laneTotal, len(p.lanes))}
+	window := p.cfg.LatencyWindow
+	for _, d := range p.defs {
+		t := &taskObs{def: d}
+		if window > 0 {
+			t.lat = latency.NewWindow(window)
+		}
+		o.tasks[d.Index()] = t
+	}
+	switch p.cfg.MeterProvider.(type) {
+	case nil, noop.MeterProvider, *noop.MeterProvider:
+	default:
+		m, err := newMeters(p, o)
+		if err != nil {
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "creating the pool's metric instruments", Cause: err}
+		}
+		o.m = m
+	}
+	o.on = window > 0 || o.m != nil
+	return o, nil
+}
+
+// timed reports whether goroutine lanes time their calls: only the instruments split run
+// from wait time.
+func (o *monitor) timed() bool { return o != nil && o.m != nil }
+
+// observe has r's settlement observed. It is on the call path.
+func observe[In, Out any](p *Pool, r *actors.Record[In, Out], task uint32) {
+	o := p.obs
+	if o == nil || !o.on {
+		return
+	}
+	r.Observe(o, int64(monoNow()))
+	if o.m != nil {
+		if t := o.tasks[task]; t != nil {
+			o.m.started.Add(context.Background(), 1, t.attr.add...)
+		}
+	}
+}
+
+// rejected counts a call that failed before it had a record (the pool was closed, the
+// context had ended): started and finished at once, with no duration.
+func (o *monitor) rejected(task uint32, err error) {
+	if o == nil || o.m == nil || int(task) >= len(o.tasks) || o.tasks[task] == nil {
+		return
+	}
+	t := o.tasks[task]
+	ctx := context.Background()
+	o.m.started.Add(ctx, 1, t.attr.add...)
+	o.m.finished.Add(ctx, 1, t.attr.outcome(err).add...)
+}
+
+// Settled implements actors.Observer.
+func (o *monitor) Settled(task uint32, err error, begun int64, ran uint64) {
+	if int(task) >= len(o.tasks) || o.tasks[task] == nil {
+		return
+	}
+	t := o.tasks[task]
+	now := monoNow()
+	total := max(now-time.Duration(begun), 0)
+	if t.lat != nil {
+		t.lat.Record(now, total)
+	}
+	m := o.m
+	if m == nil {
+		return
+	}
+	ctx := context.Background()
+	a := t.attr.outcome(err)
+	m.finished.Add(ctx, 1, a.add...)
+	m.duration.Record(ctx, total.Seconds(), a.rec...)
+	if ran != 0 { // the lane's report: never more than the whole call
+		run := total
+		if ran < uint64(total) {
+			run = time.Duration(ran)
+		}
+		m.run.Record(ctx, run.Seconds(), t.attr.rec...)
+		m.wait.Record(ctx, (total - run).Seconds(), t.attr.rec...)
+	}
+}
+
+// event counts a lifecycle transition: crashes per slot, and the instruments' restarts,
+// crashes and recycles.
+func (o *monitor) event(e Event) {
+	if o == nil || e.Lane < 0 {
+		return
+	}
+	crash := e.To == StateCrashed
+	if crash && e.Lane < len(o.totals) {
+		o.totals[e.Lane].crashes.Add(1)
+	}
+	m := o.m
+	if m == nil {
+		return
+	}
+	var c metric.Int64Counter
+	switch {
+	case crash:
+		c = m.crashes
+	case e.To == StateRestarting || e.To == StateCrashLoopBackoff:
+		c = m.restarts
+	case isRecycle(e.To):
+		c = m.recycles
+	default:
+		return
+	}
+	c.Add(context.Background(), 1, metric.WithAttributes(m.pool, attribute.Int("knit.lane", e.Lane), attribute.String("knit.code", string(e.Code))))
+}
+
+// isRecycle reports whether a lane state is its recycling (a lane replaced after serving its
+// quota of calls or memory): counted in knit.lane.recycles. It goes by the state's name so
+// that the instrument counts recycles whatever state constant names them.
+func isRecycle(s State) bool {
+	n := s.String()
+	return n == "recycling" || n == "recycled"
+}
+
+// stopTimedOut counts a lane that did not acknowledge its stop request in time.
+func (o *monitor) stopTimedOut(lane int) {
+	if o == nil || o.m == nil {
+		return
+	}
+	o.m.stopTimeouts.Add(context.Background(), 1, metric.WithAttributes(o.m.pool, attribute.Int("knit.lane", lane)))
+}
+
+// killed counts a signal the host sent a lane process, and why.
+func (o *monitor) killed(lane int, signal, reason string) {
+	if o == nil || o.m == nil {
+		return
+	}
+	o.m.kills.Add(context.Background(), 1, metric.WithAttributes(o.m.pool, attribute.Int("knit.lane", lane),
+		attribute.String("knit.signal", signal), attribute.String("knit.reason", reason)))
+}
+
+// killReason names why the host killed a lane process.
+func killReason(x lifecycle.Exit) string {
+	switch {
+	case x.HardTimeout != "":
+		return "hard_timeout"
+	case x.Unresponsive != "":
+		return "unresponsive"
+	case x.Corrupt != nil:
+		return "corrupt"
+	case x.Handoff != nil:
+		return "handoff"
+	case x.Startup != 0:
+		return "startup_timeout"
+	}
+	return "other"
+}
+
+// install makes l its slot's current incarnation, folding the counters of the incarnation it
+// replaces into the slot's totals.
+func (p *Pool) install(l *lane) {
+	if p.obs == nil || l.idx >= len(p.obs.totals) {
+		p.lanes[l.idx].Store(l)
+		return
+	}
+	t := &p.obs.totals[l.idx]
+	t.mu.Lock()
+	if old := p.lanes[l.idx].Swap(l); old != nil && old != l {
+		c := old.counters()
+		t.completed += c.Completed
+		t.failed += c.Failed
+	}
+	t.mu.Unlock()
+}
+
+// counters are what the lane's incarnation has counted: live from its region, or as they
+// were when its region was unmapped.
+func (l *lane) counters() fastpath.StatsSnapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.unmapped:
+		return l.proc.final
+	case l.region != nil:
+		return l.region.Stats().Snapshot()
+	}
+	return fastpath.StatsSnapshot{}
+}
+
+// totalsOf fills ls's counters across incarnations.
+func (p *Pool) totalsOf(i int, ls *LaneStats) {
+	if p.obs == nil || i >= len(p.obs.totals) {
+		return
+	}
+	t := &p.obs.totals[i]
+	t.mu.Lock()
+	ls.TotalCompleted, ls.TotalFailed = t.completed, t.failed
+	if l := p.lanes[i].Load(); l != nil {
+		c := l.counters()
+		ls.TotalCompleted += c.Completed
+		ls.TotalFailed += c.Failed
+	}
+	t.mu.Unlock()
+	ls.Crashes = int(t.crashes.Load())
+}
+
+// TaskStats describes the recent latency of one task's calls, from submission to settlement
+// (time in the backlog counts), over the last one to two LatencyWindow periods: quantiles
+// are read from a log-linear histogram, within ±3.2 % of the true value; Max is exact.
+type TaskStats struct {
+	Task               string
+	Calls              uint64 // settled in the window
+	P50, P90, P99, Max time.Duration
+	Window             time.Duration // the period: the figures cover the last one to two of them
+}
+
+// taskStats is the latency of every task the pool serves, in the order NewPool got them.
+func (p *Pool) taskStats() []TaskStats {
+	if p.obs == nil {
+		return nil
+	}
+	now := monoNow()
+	var out []TaskStats
+	for _, d := range p.defs {
+		t := p.obs.tasks[d.Index()]
+		if t == nil || t.lat == nil {
+			continue
+		}
+		s := t.lat.Snapshot(now)
+		out = append(out, TaskStats{Task: d.Name(), Calls: s.Count, P50: s.Quantile(0.5), P90: s.Quantile(0.9),
+			P99: s.Quantile(0.99), Max: s.Max, Window: t.lat.Period()})
+	}
+	return out
+}
+
+// meters are the pool's instruments.
+type meters struct {
+	pool                                             attribute.KeyValue
+	started, finished                                metric.Int64Counter
+	duration, wait, run                              metric.Float64Histogram
+	crashes, restarts, recycles, stopTimeouts, kills metric.Int64Counter
+	inflight, queued                                 metric.Int64ObservableUpDownCounter
+	state                                            metric.Int64ObservableGauge
+	reg                                              metric.Registration // the observable instruments' callback, from start
+	laneAttrs                                        []metric.ObserveOption
+	stateAttrs                                       [][]metric.ObserveOption // by lane, by state
+}
+
+// durationBounds are the call histograms' buckets in seconds: 1 µs to 10 s.
+var durationBounds = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+	1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+func newMeters(p *Pool, o *monitor) (*meters, error) {
+	mt := p.cfg.MeterProvider.Meter(meterName)
+	m := &meters{pool: attribute.Int64("knit.pool", int64(p.id))}
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := mt.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := mt.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(durationBounds...))
+		errs = append(errs, err)
+		return h
+	}
+	m.started = counter("knit.calls.started", "{call}", "Calls submitted to the pool, by task.")
+	m.finished = counter("knit.calls.finished", "{call}", "Calls settled, by task and outcome (OK or the error code).")
+	m.duration = histogram("knit.call.duration", "Time from a call's submission to its settlement, by task and outcome.")
+	m.wait = histogram("knit.call.wait.duration", "Time of a call that ran on a lane outside its run: backlog, ring, wake-ups, result return.")
+	m.run = histogram("knit.call.run.duration", "Time a call ran on its lane (process lanes: decode, run, encode), by task.")
+	m.crashes = counter("knit.lane.crashes", "{crash}", "Lane incarnations that crashed, by lane and code.")
+	m.restarts = counter("knit.lane.restarts", "{restart}", "Lane restarts the supervisor scheduled, by lane and the code of the end.")
+	m.recycles = counter("knit.lane.recycles", "{recycle}", "Lanes replaced by recycling, by lane.")
+	m.stopTimeouts = counter("knit.lane.stop.timeouts", "{lane}", "Lanes that did not acknowledge a stop request within StopAckTimeout.")
+	m.kills = counter("knit.lane.kills", "{signal}", "Signals the host sent lane processes to end them, by signal and reason.")
+	var err error
+	m.inflight, err = mt.Int64ObservableUpDownCounter("knit.lane.calls.inflight", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls a lane holds, running, in its slots or in its backlog."))
+	errs = append(errs, err)
+	m.queued, err = mt.Int64ObservableUpDownCounter("knit.lane.calls.queued", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls in a lane's backlog, beyond its slots."))
+	errs = append(errs, err)
+	m.state, err = mt.Int64ObservableGauge("knit.lane.state", metric.WithUnit("1"),
+		metric.WithDescription("1 for a lane's current state, 0 for the others."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for _, d := range p.defs {
+		t := o.tasks[d.Index()]
+		t.attr = newTaskAttrs(m.pool, d.Name())
+	}
+	states := laneStates()
+	for i := range p.lanes {
+		lane := attribute.Int("knit.lane", i)
+		m.laneAttrs = append(m.laneAttrs, metric.WithAttributeSet(attribute.NewSet(m.pool, lane)))
+		var byState []metric.ObserveOption
+		for _, s := range states {
+			byState = append(byState, metric.WithAttributeSet(attribute.NewSet(m.pool, lane, attribute.String("knit.lane.state", s.String()))))
+		}
+		m.stateAttrs = append(m.stateAttrs, byState)
+	}
+	return m, nil
+}
+
+// laneStates are the states a lane can be in (every State but the pool's Failed).
+func laneStates() []State {
+	var out []State
+	for s := State(0); !strings.HasPrefix(s.String(), "state("); s++ {
+		if s != StateFailed {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// startObserving registers the callback of the observable instruments, once the pool is up.
+func (p *Pool) startObserving() error {
+	o := p.obs
+	if o == nil || o.m == nil {
+		return nil
+	}
+	m := o.m
+	states := laneStates()
+	reg, err := p.cfg.MeterProvider.Meter(meterName).RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		for i := range p.lanes {
+			if i >= len(m.laneAttrs) {
+				break
+			}
+			var inflight, queued int64
+			if l := p.lanes[i].Load(); l != nil && l.state.Load() != laneEnded {
+				inflight, queued = int64(l.inflight.Load()), int64(l.queued.Load())
+			}
+			ob.ObserveInt64(m.inflight, inflight, m.laneAttrs[i])
+			ob.ObserveInt64(m.queued, queued, m.laneAttrs[i])
+			if p.tree == nil {
+				continue
+			}
+			cur, _, _ := p.tree.LaneState(i)
+			for k, s := range states {
+				v := int64(0)
+				if s == cur {
+					v = 1
+				}
+				ob.ObserveInt64(m.state, v, m.stateAttrs[i][k])
+			}
+		}
+		return nil
+	}, m.inflight, m.queued, m.state)
+	if err != nil {
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "registering the pool's metric callback", Cause: err}
+	}
+	m.reg = reg
+	return nil
+}
+
+// stopObserving unregisters the callback: a closed pool reports nothing more.
+func (p *Pool) stopObserving() {
+	if p.obs != nil && p.obs.m != nil && p.obs.m.reg != nil {
+		_ = p.obs.m.reg.Unregister()
+	}
+}
+
+// taskAttrs are a task's attribute sets, built once: recording through them allocates
+// nothing.
+type taskAttrs struct {
+	pool, task attribute.KeyValue
+	add        []metric.AddOption    // knit.task
+	rec        []metric.RecordOption // knit.task
+	ok         *outcomeAttrs
+	mu         sync.Mutex // serialises additions to codes
+	codes      atomic.Pointer[map[Code]*outcomeAttrs]
+}
+
+// outcomeAttrs are the attribute sets of one task and outcome.
+type outcomeAttrs struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+// knownCodes have their attribute sets built with the pool. Other codes (a task's own, in
+// an *Error it returned) get theirs when first seen, up to maxCodes per task; beyond that
+// they count as "OTHER", so that no task can grow the instruments' cardinality without
+// bound.
+var knownCodes = []Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
+	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeCanceled, CodeThreadClosed,
+	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall,
+	lifecycle.CodeProtocolMismatch}
+
+const maxCodes = 64
+
+const (
+	outcomeOK    = "OK"
+	outcomeOther = "OTHER"
+)
+
+func newTaskAttrs(pool attribute.KeyValue, task string) *taskAttrs {
+	t := &taskAttrs{pool: pool, task: attribute.String("knit.task", task)}
+	set := attribute.NewSet(pool, t.task)
+	t.add = []metric.AddOption{metric.WithAttributeSet(set)}
+	t.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
+	t.ok = t.build(outcomeOK)
+	codes := make(map[Code]*outcomeAttrs, len(knownCodes)+1)
+	for _, c := range knownCodes {
+		codes[c] = t.build(string(c))
+	}
+	codes[outcomeOther] = t.build(outcomeOther)
+	t.codes.Store(&codes)
+	return t
+}
+
+func (t *taskAttrs) build(outcome string) *outcomeAttrs {
+	set := attribute.NewSet(t.pool, t.task, attribute.String("knit.outcome", outcome))
+	return &outcomeAttrs{add: []metric.AddOption{metric.WithAttributeSet(set)}, rec: []metric.RecordOption{metric.WithAttributeSet(set)}}
+}
+
+// outcome is the attribute set of a call that settled with err.
+func (t *taskAttrs) outcome(err error) *outcomeAttrs {
+	if err == nil {
+		return t.ok
+	}
+	code := Code(outcomeOther)
+	if ke, ok := err.(*Error); ok {
+		code = ke.Code
+	} else if ke := (*Error)(nil); errors.As(err, &ke) {
+		code = ke.Code
+	}
+	if a := (*t.codes.Load())[code]; a != nil {
+		return a
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	codes := *t.codes.Load()
+	if a := codes[code]; a != nil {
+		return a
+	}
+	if len(codes) >= maxCodes {
+		return codes[outcomeOther]
+	}
+	next := make(map[Code]*outcomeAttrs, len(codes)+1)
+	for c, a := range codes {
+		next[c] = a
+	}
+	a := t.build(string(code))
+	next[code] = a
+	t.codes.Store(&next)
+	return a
+}
