@@ -340,7 +340,7 @@ func newMeters(p *Pool, o *monitor) (*meters, error) {
 	m.queued, err = mt.Int64ObservableUpDownCounter("knit.lane.calls.queued", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls in a lane's backlog, beyond its slots."))
 	errs = append(errs, err)
-	m.state, err = mt.Int64ObservableGauge("knit.lane.state", metric.WithUnit("1"),
+	m.state, err = mt.Int64ObservableGauge("knit.lane.state", metric.WithUnit("{state}"),
 		metric.WithDescription("1 for a lane's current state, 0 for the others."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
