@@ -32,10 +32,8 @@ const defaultLatencyWindow = 30 * time.Second
 // meterName is the instrumentation scope of knit's instruments.
 const meterName = "github.com/knitgo/knit"
 
-// monoStart is the origin of the monitor's clock (monotonic).
-var monoStart = time.Now()
-
-func monoNow() time.Duration { return time.Since(monoStart) }
+// monoNow is the monitor's clock: monotonic, one vDSO call.
+func monoNow() time.Duration { return latency.Now() }
 
 // monitor is a pool's observation. A nil *monitor observes nothing (a pool built by a
 // test harness).

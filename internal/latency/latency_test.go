@@ -127,3 +127,11 @@ func BenchmarkRecord(b *testing.B) {
 		}
 	})
 }
+
+func TestNowIsMonotonic(t *testing.T) {
+	a := Now()
+	time.Sleep(time.Millisecond)
+	if b := Now(); b-a < time.Millisecond {
+		t.Errorf("Now moved %v over a 1ms sleep", b-a)
+	}
+}
