@@ -362,10 +362,9 @@ type Record[In, Out any] struct {
 	table *Table[In, Out]
 	next  *Record[In, Out]
 	// obs, if set, is told when the call settles; Begun is when it was submitted (the
-	// observer's clock) and Ran how long it ran on its lane, as the lane reported (0: unknown).
+	// observer's clock).
 	obs   Observer
 	Begun int64
-	Ran   uint64
 }
 
 // Record states.
@@ -394,7 +393,7 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 // Observe has obs told when the call settles; begun is when it was submitted, on obs's
 // clock. A call with no observer costs nothing more.
 func (r *Record[In, Out]) Observe(obs Observer, begun int64) {
-	r.obs, r.Begun, r.Ran = obs, begun, 0
+	r.obs, r.Begun = obs, begun
 }
 
 // Observer is told of every call that settles (a pool's metrics): its task's registry index,
@@ -412,24 +411,27 @@ func (r *Record[In, Out]) Pending() bool { return r.state.Load() == statePending
 
 // SettleLane ends the call with the lane's result (LaneOut, and err for a failed call). Only
 // the first settle of a call wins; it reports whether this one did.
-func (r *Record[In, Out]) SettleLane(err error) bool { return r.finish(r.LaneOut, err) }
+func (r *Record[In, Out]) SettleLane(err error) bool { return r.finish(r.LaneOut, err, 0) }
+
+// settleRan is SettleLane for a call that ran for ran nanoseconds, as its lane reports.
+func (r *Record[In, Out]) settleRan(err error, ran uint64) bool { return r.finish(r.LaneOut, err, ran) }
 
 // Resolve ends the call with v.
-func (r *Record[In, Out]) Resolve(v Out) bool { return r.finish(v, nil) }
+func (r *Record[In, Out]) Resolve(v Out) bool { return r.finish(v, nil, 0) }
 
 // Fail ends the call with err.
 func (r *Record[In, Out]) Fail(err error) bool {
 	var zero Out
-	return r.finish(zero, err)
+	return r.finish(zero, err, 0)
 }
 
-func (r *Record[In, Out]) finish(out Out, err error) bool {
+func (r *Record[In, Out]) finish(out Out, err error, ran uint64) bool {
 	if !r.state.CompareAndSwap(statePending, stateSettling) {
 		return false
 	}
 	r.Out, r.Err = out, err
 	if r.obs != nil { // before the caller wakes: the record is not reused until then
-		r.obs.Settled(r.table.task, err, r.Begun, r.Ran)
+		r.obs.Settled(r.table.task, err, r.Begun, ran)
 	}
 	r.settled()
 	return true
@@ -566,8 +568,7 @@ func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o
 				err = w.Wrap(t, o, we)
 			}
 		}
-		r.Ran = ran
-		r.SettleLane(err)
+		r.settleRan(err, ran)
 	}
 	r.Lane.Store(-1)
 	t.Records.Release(r)
