@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/internal/spin"
 )
 
@@ -112,9 +113,9 @@ func (e *Executor) Run() error {
 			running.Store(fastpath.RunningWord(w.seq, true))
 			var out []byte
 			var o Outcome
-			var began time.Time
+			var began time.Duration
 			if e.Timed {
-				began = time.Now()
+				began = latency.Now()
 			}
 			if e.Local {
 				o = t.RunLocal(w.id, w.gen)
@@ -123,7 +124,7 @@ func (e *Executor) Run() error {
 			}
 			var ran uint64
 			if e.Timed {
-				ran = uint64(max(time.Since(began), 1))
+				ran = uint64(max(latency.Now()-began, 1))
 			}
 			if o == Panicked && e.Panic {
 				return e.panicOf(t, w.id, out)
