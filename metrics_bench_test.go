@@ -13,17 +13,17 @@ import (
 
 // Metrics benchmarks (docs/operating.md, "What metrics cost"):
 //
-//	BenchmarkMetricsCallPath/{goroutine,process}/{off,default,sdk}
+//	BenchmarkMetricsCallPath/{goroutine,process}/{before,default,quantiles,sdk}
 //	    a sequential Task.Call round trip (int64, 1 lane, no spinning) on a pool with
-//	    off:     no latency quantiles and no meter provider (LatencyWindow -1): what a call
-//	             cost before metrics
-//	    default: the zero Config: latency quantiles in Stats, the no-op meter provider
-//	    sdk:     the quantiles and the OTel SDK recording every instrument (a manual reader,
-//	             never collected while timing)
+//	    before:    no monitor at all (knit.NewPoolWithoutMonitor): the call path before metrics
+//	    default:   the zero Config: no meter provider (the no-op one), no quantiles
+//	    quantiles: LatencyWindow 30s: per-task latency quantiles in Stats
+//	    sdk:       the OTel SDK recording every instrument (a manual reader, not collected
+//	               while timing), no quantiles
 //	BenchmarkMetricsCallPath/{goroutine,process}/alternating
-//	    the three pools in one benchmark, 1000 calls on each in turn, so that drift on a
-//	    shared machine hits them alike (docs/benchmarks.md §6); reports off-ns/call,
-//	    default-ns/call and sdk-ns/call
+//	    the four pools in one benchmark, 1000 calls on each in turn, so that drift on a
+//	    shared machine hits them alike (docs/benchmarks.md §6); reports before-ns/call,
+//	    default-ns/call, quantiles-ns/call and sdk-ns/call
 func BenchmarkMetricsCallPath(b *testing.B) {
 	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
 		b.Run(rt.String(), func(b *testing.B) {
@@ -35,7 +35,7 @@ func BenchmarkMetricsCallPath(b *testing.B) {
 	}
 }
 
-var metricsVariants = []string{"off", "default", "sdk"}
+var metricsVariants = []string{"before", "default", "quantiles", "sdk"}
 
 // metricsPool starts a 1-lane pool of variant v, warmed up.
 func metricsPool(b *testing.B, rt knit.Runtime, v string) (*knit.Pool, func(error) string) {
@@ -44,15 +44,22 @@ func metricsPool(b *testing.B, rt knit.Runtime, v string) (*knit.Pool, func(erro
 	if rt == knit.Process {
 		cfg.LaneSpin = -1 // as in BenchmarkSupervisionCallPath: no spinning
 	}
+	newPool := knit.NewPool
 	switch v {
-	case "off":
-		cfg.LatencyWindow = -1
+	case "before":
+		newPool = knit.NewPoolWithoutMonitor
+	case "quantiles":
+		cfg.LatencyWindow = 30 * time.Second
 	case "sdk":
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 		cfg.MeterProvider = mp
 	}
-	p, stalled := benchPool(b, cfg)
+	p, err := newPool(cfg, benchInt, benchBytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, stalled := watched(b, p)
 	knit.AwaitSpares(p)
 	for n := range inFlight {
 		if _, err := benchInt.Call(context.Background(), p, int64(n)); err != nil {
@@ -75,27 +82,28 @@ func benchMetricsCall(b *testing.B, rt knit.Runtime, v string) {
 }
 
 func benchMetricsAlternating(b *testing.B, rt knit.Runtime) {
-	var pools [3]*knit.Pool
-	var stalled [3]func(error) string
+	k := len(metricsVariants)
+	pools := make([]*knit.Pool, k)
+	stalled := make([]func(error) string, k)
 	for i, v := range metricsVariants {
 		pools[i], stalled[i] = metricsPool(b, rt, v)
 	}
 	ctx := context.Background()
-	var spent [3]time.Duration
-	var calls [3]int
+	spent := make([]time.Duration, k)
+	calls := make([]int, k)
 	m := startTimer(b)
-	for done, which := 0, 0; done < b.N; which = (which + 1) % 3 {
-		k := min(supAltBlock, b.N-done)
+	for done, which := 0, 0; done < b.N; which = (which + 1) % k {
+		n := min(supAltBlock, b.N-done)
 		p := pools[which]
 		start := time.Now()
-		for n := done; n < done+k; n++ {
-			if r, err := benchInt.Call(ctx, p, int64(n)); err != nil || r != int64(n)+1 {
-				b.Fatalf("call %d: %v, %s", n, r, stalled[which](err))
+		for i := done; i < done+n; i++ {
+			if r, err := benchInt.Call(ctx, p, int64(i)); err != nil || r != int64(i)+1 {
+				b.Fatalf("call %d: %v, %s", i, r, stalled[which](err))
 			}
 		}
 		spent[which] += time.Since(start)
-		calls[which] += k
-		done += k
+		calls[which] += n
+		done += n
 	}
 	m.stop(b, false)
 	for i, v := range metricsVariants {

@@ -130,7 +130,8 @@ func TestMetricsCountCallsCrashesAndRestarts(t *testing.T) {
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			defer mp.Shutdown(context.Background())
 			ev := newEvents()
-			p := newPool(t, knit.Config{Lanes: 1, Runtime: rt, PanicCrashesLane: true, MeterProvider: mp, OnEvent: ev.on})
+			p := newPool(t, knit.Config{Lanes: 1, Runtime: rt, PanicCrashesLane: true, MeterProvider: mp, OnEvent: ev.on,
+				LatencyWindow: 30 * time.Second})
 			ctx := context.Background()
 			const calls, futures, failures, after = 20, 5, 3, 2
 			for i := range calls {
@@ -215,8 +216,8 @@ func TestMetricsCountCallsCrashesAndRestarts(t *testing.T) {
 	}
 }
 
-// Stopping a pool whose lane ignores its stop request counts the timeout and, for a process
-// lane, the signals.
+// Stopping a pool whose lane ignores its stop request counts the timeout (a counter: still
+// reported once the pool is closed).
 func TestMetricsCountStopTimeouts(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -241,12 +242,10 @@ func TestMetricsCountStopTimeouts(t *testing.T) {
 	if got := c.value("knit.lane.stop.timeouts", "knit.lane", "0"); got != 1 {
 		t.Errorf("stop timeouts %d, want 1", got)
 	}
-	if got := c.value("knit.calls.finished", "knit.task", "test.block", "knit.outcome", "THREAD_CLOSED"); got != 1 {
-		t.Errorf("finished THREAD_CLOSED %d, want 1", got)
-	}
 }
 
-// A call refused before it has a record (closed pool) counts as started and finished.
+// A call refused before it has a record (its context had ended) counts as started and
+// finished; once the pool is closed, its instruments are no longer reported.
 func TestMetricsCountRejectedCalls(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -255,15 +254,20 @@ func TestMetricsCountRejectedCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := add.Call(context.Background(), p, [2]int64{}); !errors.Is(err, knit.ErrPoolClosed) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := add.Call(ctx, p, [2]int64{}); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	c := collect(t, reader)
-	if s, f := c.value("knit.calls.started", "knit.task", "test.add"), c.value("knit.calls.finished", "knit.outcome", "POOL_CLOSED"); s != 1 || f != 1 {
-		t.Errorf("started %d finished POOL_CLOSED %d, want 1 1", s, f)
+	if s, f := c.value("knit.calls.started", "knit.task", "test.add"), c.value("knit.calls.finished", "knit.outcome", "CANCELED"); s != 1 || f != 1 {
+		t.Errorf("started %d finished CANCELED %d, want 1 1", s, f)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := collect(t, reader); c.value("knit.calls.started") != 0 || c.value("knit.lane.state") != 0 {
+		t.Errorf("a closed pool is still reported")
 	}
 }
 
@@ -327,8 +331,8 @@ func TestEventsAfterClose(t *testing.T) {
 	}
 }
 
-// TestMetricsCallDoesNotAllocate: a call costs no allocation with the no-op meter provider,
-// without latency windows, and with the OTel SDK recording every instrument.
+// TestMetricsCallDoesNotAllocate: a call costs no allocation by default, with the no-op meter
+// provider, with latency quantiles, and with the OTel SDK recording every instrument.
 func TestMetricsCallDoesNotAllocate(t *testing.T) {
 	if testing.CoverMode() != "" || raceEnabled {
 		t.Skip("allocation counts are only meaningful without -race and -cover")
@@ -337,8 +341,9 @@ func TestMetricsCallDoesNotAllocate(t *testing.T) {
 		name string
 		cfg  func() knit.Config
 	}{
+		{"default", func() knit.Config { return knit.Config{} }},
 		{"noop", func() knit.Config { return knit.Config{MeterProvider: noop.NewMeterProvider()} }},
-		{"no-latency", func() knit.Config { return knit.Config{LatencyWindow: -1} }},
+		{"quantiles", func() knit.Config { return knit.Config{LatencyWindow: time.Minute} }},
 		{"sdk", func() knit.Config {
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
@@ -362,5 +367,64 @@ func TestMetricsCallDoesNotAllocate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// hardStall overruns its HardTimeout: on a process lane the host kills the lane.
+var hardStall = knit.Define("test.metrics.hardstall", func(ctx context.Context, _ int) (int, error) {
+	time.Sleep(time.Hour) // ignores its context: only the kill ends it
+	return 0, nil
+}, knit.HardTimeout(50*time.Millisecond))
+
+// A call past its HardTimeout gets its process lane killed: one kill, one crash.
+func TestMetricsCountKills(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	ev := newEvents()
+	p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process, MeterProvider: mp, OnEvent: ev.on}, hardStall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if _, err := hardStall.Call(context.Background(), p, 0); !errors.Is(err, knit.ErrTimeout) {
+		t.Fatalf("call: %v, want TIMEOUT", err)
+	}
+	ev.await(t, "ready after the kill", func(e knit.Event) bool { return e.Incarnation == 1 && e.To == knit.StateReady })
+	c := collect(t, reader)
+	if got := c.value("knit.lane.kills", "knit.lane", "0", "knit.signal", "SIGKILL", "knit.reason", "hard_timeout"); got != 1 {
+		t.Errorf("hard-timeout kills %d, want 1", got)
+	}
+	if got := c.value("knit.lane.crashes", "knit.lane", "0"); got != 1 {
+		t.Errorf("crashes %d, want 1", got)
+	}
+	if got := c.value("knit.calls.finished", "knit.task", "test.metrics.hardstall", "knit.outcome", "TIMEOUT"); got != 1 {
+		t.Errorf("finished TIMEOUT %d, want 1", got)
+	}
+}
+
+// By default a pool keeps no latency quantiles (calls are not timed); with LatencyWindow it
+// does, without a meter provider.
+func TestLatencyQuantilesOnlyWhenAsked(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	if _, err := add.Call(context.Background(), p, [2]int64{1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if tasks := p.Stats().Tasks; len(tasks) != 0 {
+		t.Errorf("default pool has quantiles: %+v", tasks)
+	}
+	p = newPool(t, knit.Config{Lanes: 1, LatencyWindow: time.Minute})
+	for range 10 {
+		if _, err := add.Call(context.Background(), p, [2]int64{1, 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ts := range p.Stats().Tasks {
+		if ts.Task == "test.add" && (ts.Calls != 10 || ts.Max <= 0 || ts.Window != time.Minute) {
+			t.Errorf("test.add %+v, want 10 calls", ts)
+		}
+		if ts.Task != "test.add" && ts.Calls != 0 {
+			t.Errorf("%+v, want no calls", ts)
+		}
 	}
 }

@@ -227,9 +227,15 @@ func (h host) Event(e Event) {
 		p.signal() // calls that fail fast stop waiting
 	}
 	p.obs.event(e)
+	p.buffer(e) // before OnEvent: what OnEvent has seen, a first Events call delivers
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(e)
 	}
+}
+
+// buffer sends e to the Events channel once it has been asked for, and remembers it for a
+// first call until then.
+func (p *Pool) buffer(e Event) {
 	p.evMu.Lock()
 	defer p.evMu.Unlock()
 	if p.evDone {
@@ -634,8 +640,7 @@ type Stats struct {
 	Failed        bool   // the supervisor gave up every lane
 	DroppedEvents uint64 // events that found Events() full
 	Spares        []int  // process IDs of the spare lane processes waiting for a restart
-	// Tasks is the recent latency of each task's calls (none with a negative
-	// Config.LatencyWindow).
+	// Tasks is the recent latency of each task's calls (with Config.LatencyWindow).
 	Tasks []TaskStats
 }
 

@@ -135,3 +135,9 @@ func TestNowIsMonotonic(t *testing.T) {
 		t.Errorf("Now moved %v over a 1ms sleep", b-a)
 	}
 }
+
+func BenchmarkNow(b *testing.B) {
+	for range b.N {
+		_ = Now()
+	}
+}
