@@ -631,7 +631,8 @@ func (l *lane) Ended() <-chan struct{} {
 
 // Open implements supervisor.Worker: the lane takes calls from now on.
 func (l *lane) Open() {
-	l.p.install(l)
+	l.p.lanes[l.idx].Store(l)
+	l.p.obs.opened(l)
 	l.p.signal()
 }
 

@@ -39,12 +39,23 @@ func monoNow() time.Duration { return latency.Now() }
 // monitor is a pool's observation. A nil *monitor observes nothing (a pool built by a
 // test harness).
 type monitor struct {
-	p      *Pool
-	on     bool        // calls are timed: latency windows or instruments
-	tasks  []*taskObs  // by registry index; nil for tasks the pool does not serve
-	totals []laneTotal // by lane slot
-	m      *meters     // nil: no meter provider, or the no-op one
+	p     *Pool
+	on    bool       // calls are timed: latency windows or instruments
+	tasks []*taskObs // by registry index; nil for tasks the pool does not serve
+	m     *meters    // nil: no meter provider, or the no-op one
+
+	mu     sync.Mutex   // guards the growth of totals
+	totals []*laneTotal // by lane slot, grown as lanes appear
 }
+
+// The monitor reads lane slots only through these two, so that it does not depend on how
+// the pool holds them.
+
+// monLanes is how many lane slots the pool has.
+func (p *Pool) monLanes() int { return len(p.lanes) }
+
+// monLane is slot i's current incarnation (nil before its first start).
+func (p *Pool) monLane(i int) *lane { return p.lanes[i].Load() }
 
 // taskObs is one task's share.
 type taskObs struct {
@@ -56,16 +67,56 @@ type taskObs struct {
 // laneTotal is a lane slot's counters across incarnations.
 type laneTotal struct {
 	mu        sync.Mutex // orders folding an incarnation in against Stats
-	completed uint64     // by incarnations that have been replaced
+	completed uint64     // by incarnations that have ended and been folded in
 	failed    uint64
+	live      []*lane // incarnations opened and not folded in yet: their counters still move
 	crashes   atomic.Int64
+}
+
+// total is slot i's totals, made on first use.
+func (o *monitor) total(i int) *laneTotal {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.totals) <= i {
+		o.totals = append(o.totals, new(laneTotal))
+	}
+	return o.totals[i]
+}
+
+// opened counts l among its slot's incarnations from now on (it takes calls).
+func (o *monitor) opened(l *lane) {
+	if o == nil {
+		return
+	}
+	t := o.total(l.idx)
+	t.mu.Lock()
+	t.fold()
+	t.live = append(t.live, l)
+	t.mu.Unlock()
+}
+
+// fold adds the final counters of the live incarnations that have ended to the slot's
+// totals, and drops them. t.mu is held.
+func (t *laneTotal) fold() {
+	kept := t.live[:0]
+	for _, l := range t.live {
+		if !isClosed(l.Ended()) { // (a process lane's counters are final once it is gone)
+			kept = append(kept, l)
+			continue
+		}
+		c := l.counters()
+		t.completed += c.Completed
+		t.failed += c.Failed
+	}
+	clear(t.live[len(kept):])
+	t.live = kept
 }
 
 func newMonitor(p *Pool) (*monitor, error) {
 	if noMonitor {
 		return nil, nil
 	}
-	o := &monitor{p: p, tasks: make([]*taskObs, len(p.byIndex)), totals: make([]laneTotal, len(p.lanes))}
+	o := &monitor{p: p, tasks: make([]*taskObs, len(p.byIndex))}
 	window := p.cfg.LatencyWindow
 	for _, d := range p.defs {
 		t := &taskObs{def: d}
@@ -152,8 +203,8 @@ func (o *monitor) event(e Event) {
 		return
 	}
 	crash := e.To == StateCrashed
-	if crash && e.Lane < len(o.totals) {
-		o.totals[e.Lane].crashes.Add(1)
+	if crash {
+		o.total(e.Lane).crashes.Add(1)
 	}
 	m := o.m
 	if m == nil {
@@ -215,23 +266,6 @@ func killReason(x lifecycle.Exit) string {
 	return "other"
 }
 
-// install makes l its slot's current incarnation, folding the counters of the incarnation it
-// replaces into the slot's totals.
-func (p *Pool) install(l *lane) {
-	if p.obs == nil || l.idx >= len(p.obs.totals) {
-		p.lanes[l.idx].Store(l)
-		return
-	}
-	t := &p.obs.totals[l.idx]
-	t.mu.Lock()
-	if old := p.lanes[l.idx].Swap(l); old != nil && old != l {
-		c := old.counters()
-		t.completed += c.Completed
-		t.failed += c.Failed
-	}
-	t.mu.Unlock()
-}
-
 // counters are what the lane's incarnation has counted: live from its region, or as they
 // were when its region was unmapped.
 func (l *lane) counters() fastpath.StatsSnapshot {
@@ -248,13 +282,14 @@ func (l *lane) counters() fastpath.StatsSnapshot {
 
 // totalsOf fills ls's counters across incarnations.
 func (p *Pool) totalsOf(i int, ls *LaneStats) {
-	if p.obs == nil || i >= len(p.obs.totals) {
+	if p.obs == nil {
 		return
 	}
-	t := &p.obs.totals[i]
+	t := p.obs.total(i)
 	t.mu.Lock()
+	t.fold()
 	ls.TotalCompleted, ls.TotalFailed = t.completed, t.failed
-	if l := p.lanes[i].Load(); l != nil {
+	for _, l := range t.live {
 		c := l.counters()
 		ls.TotalCompleted += c.Completed
 		ls.TotalFailed += c.Failed
@@ -301,6 +336,7 @@ type meters struct {
 	inflight, queued                                 metric.Int64ObservableUpDownCounter
 	state                                            metric.Int64ObservableGauge
 	reg                                              metric.Registration // the observable instruments' callback, from start
+	mu                                               sync.Mutex          // serialises collections: guards laneAttrs, stateAttrs
 	laneAttrs                                        []metric.ObserveOption
 	stateAttrs                                       [][]metric.ObserveOption // by lane, by state
 }
@@ -357,17 +393,23 @@ func newMeters(p *Pool, o *monitor) (*meters, error) {
 		t := o.tasks[d.Index()]
 		t.attr = newTaskAttrs(m.pool, d.Name())
 	}
-	states := laneStates()
-	for i := range p.lanes {
-		lane := attribute.Int("knit.lane", i)
-		m.laneAttrs = append(m.laneAttrs, metric.WithAttributeSet(attribute.NewSet(m.pool, lane)))
-		var byState []metric.ObserveOption
-		for _, s := range states {
-			byState = append(byState, metric.WithAttributeSet(attribute.NewSet(m.pool, lane, attribute.String("knit.lane.state", s.String()))))
-		}
-		m.stateAttrs = append(m.stateAttrs, byState)
-	}
 	return m, nil
+}
+
+// laneAttrs are lane i's attribute sets: the lane's, and the lane's with each state. They
+// are made at collection, the first time lane i is seen. m.mu is held.
+func (m *meters) lane(i int, states []State) (attrs metric.ObserveOption, byState []metric.ObserveOption) {
+	for len(m.laneAttrs) <= i {
+		n := len(m.laneAttrs)
+		lane := attribute.Int("knit.lane", n)
+		m.laneAttrs = append(m.laneAttrs, metric.WithAttributeSet(attribute.NewSet(m.pool, lane)))
+		var bs []metric.ObserveOption
+		for _, s := range states {
+			bs = append(bs, metric.WithAttributeSet(attribute.NewSet(m.pool, lane, attribute.String("knit.lane.state", s.String()))))
+		}
+		m.stateAttrs = append(m.stateAttrs, bs)
+	}
+	return m.laneAttrs[i], m.stateAttrs[i]
 }
 
 // laneStates are the states a lane can be in (every State but the pool's Failed).
@@ -398,16 +440,16 @@ func (p *Pool) startObserving() error {
 				t.observe(ob, m.finished, a)
 			}
 		}
-		for i := range p.lanes {
-			if i >= len(m.laneAttrs) {
-				break
-			}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for i := range p.monLanes() {
+			attrs, byState := m.lane(i, states)
 			var inflight, queued int64
-			if l := p.lanes[i].Load(); l != nil && l.state.Load() != laneEnded {
+			if l := p.monLane(i); l != nil && l.state.Load() != laneEnded {
 				inflight, queued = int64(l.inflight.Load()), int64(l.queued.Load())
 			}
-			ob.ObserveInt64(m.inflight, inflight, m.laneAttrs[i])
-			ob.ObserveInt64(m.queued, queued, m.laneAttrs[i])
+			ob.ObserveInt64(m.inflight, inflight, attrs)
+			ob.ObserveInt64(m.queued, queued, attrs)
 			if p.tree == nil {
 				continue
 			}
@@ -417,7 +459,7 @@ func (p *Pool) startObserving() error {
 				if s == cur {
 					v = 1
 				}
-				ob.ObserveInt64(m.state, v, m.stateAttrs[i][k])
+				ob.ObserveInt64(m.state, v, byState[k])
 			}
 		}
 		return nil
