@@ -70,6 +70,7 @@ type laneTotal struct {
 	completed uint64     // by incarnations that have ended and been folded in
 	failed    uint64
 	live      []*lane // incarnations opened and not folded in yet: their counters still move
+	lastEnd   Code    // the code of the slot's last end (crash, exit, failed start)
 	crashes   atomic.Int64
 }
 
@@ -202,9 +203,21 @@ func (o *monitor) event(e Event) {
 	if o == nil || e.Lane < 0 {
 		return
 	}
+	t := o.total(e.Lane)
+	code := e.Code
+	t.mu.Lock()
+	switch e.To {
+	case StateCrashed, StateExited, StateStartupFailed:
+		t.lastEnd = code
+	case StateRestarting, StateCrashLoopBackoff:
+		if code == "" { // a restart is counted by the code of the end that caused it
+			code = t.lastEnd
+		}
+	}
+	t.mu.Unlock()
 	crash := e.To == StateCrashed
 	if crash {
-		o.total(e.Lane).crashes.Add(1)
+		t.crashes.Add(1)
 	}
 	m := o.m
 	if m == nil {
@@ -221,7 +234,7 @@ func (o *monitor) event(e Event) {
 	default:
 		return
 	}
-	c.Add(context.Background(), 1, metric.WithAttributes(m.pool, attribute.Int("knit.lane", e.Lane), attribute.String("knit.code", string(e.Code))))
+	c.Add(context.Background(), 1, metric.WithAttributes(m.pool, attribute.Int("knit.lane", e.Lane), attribute.String("knit.code", string(code))))
 }
 
 // isRecycle reports whether a lane state is its recycling (a lane replaced after serving its

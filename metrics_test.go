@@ -181,7 +181,7 @@ func TestMetricsCountCallsCrashesAndRestarts(t *testing.T) {
 				{"knit.call.wait.duration", []string{"knit.task", "test.fail"}, failures},
 				{"knit.call.run.duration", nil, calls + futures + after + failures},
 				{"knit.lane.crashes", []string{"knit.lane", "0", "knit.code", "WORKER_CRASHED"}, 1},
-				{"knit.lane.restarts", []string{"knit.lane", "0"}, 1},
+				{"knit.lane.restarts", []string{"knit.lane", "0", "knit.code", "WORKER_CRASHED"}, 1},
 				{"knit.lane.state", []string{"knit.lane", "0", "knit.lane.state", "ready"}, 1},
 				{"knit.lane.state", []string{"knit.lane", "0"}, 1}, // one state at a time
 				{"knit.lane.calls.inflight", []string{"knit.lane", "0"}, 0},

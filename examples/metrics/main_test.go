@@ -144,7 +144,7 @@ func TestScrapeFindsExactCounts(t *testing.T) {
 		{"knit_call_run_duration_seconds_count", []string{"knit_task", "metrics.square"}, n + 1},
 		{"knit_call_wait_duration_seconds_count", []string{"knit_task", "metrics.square"}, n + 1},
 		{"knit_lane_crashes_total", []string{"knit_lane", "0", "knit_code", "WORKER_CRASHED"}, 1},
-		{"knit_lane_restarts_total", []string{"knit_lane", "0"}, 1},
+		{"knit_lane_restarts_total", []string{"knit_lane", "0", "knit_code", "WORKER_CRASHED"}, 1},
 		{"knit_lane_state", []string{"knit_lane", "0", "knit_lane_state", "ready"}, 1},
 		{"knit_lane_state", []string{"knit_lane", "0"}, 1},
 		{"knit_lane_calls_inflight", []string{"knit_lane", "0"}, 0},
