@@ -29,6 +29,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	var zero Out
 	ctx, cancel, err := t.prepare(ctx, p)
 	if err != nil {
+		t.rejected(p, err)
 		return zero, err
 	}
 	if cancel != nil {
@@ -36,21 +37,25 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	}
 	r, err := t.def.Records.Alloc()
 	if err != nil {
-		return zero, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		t.rejected(p, err)
+		return zero, err
 	}
 	r.Start(ctx, in, p.id)
+	observe(p, r, t.def.Index())
 	if ht := t.def.Options().HardTimeout; ht > 0 {
 		r.Hard = time.Now().Add(ht)
 	}
 	c, err := t.newCall(ctx, p, r)
 	if err != nil {
-		t.abandon(r)
+		t.abandon(r, err)
 		return zero, err
 	}
 	l, err := p.dispatch(ctx, c)
 	if err != nil {
-		t.abandon(r)
-		return t.failure(ctx, err)
+		out, err := t.failure(ctx, err)
+		t.abandon(r, err)
+		return out, err
 	}
 	if r.Pending() {
 		p.Help(r)
@@ -81,6 +86,7 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	f := actors.NewFuture[Out]()
 	ctx, cancel, err := t.prepare(ctx, p)
 	if err != nil {
+		t.rejected(p, err)
 		return actors.FailFuture(f, err)
 	}
 	r, err := t.def.Records.Alloc()
@@ -88,15 +94,18 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		if cancel != nil {
 			cancel()
 		}
-		return actors.FailFuture(f, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err})
+		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		t.rejected(p, err)
+		return actors.FailFuture(f, err)
 	}
 	r.Start(ctx, in, p.id)
+	observe(p, r, t.def.Index())
 	if ht := t.def.Options().HardTimeout; ht > 0 {
 		r.Hard = time.Now().Add(ht)
 	}
 	c, err := t.newCall(ctx, p, r)
 	if err != nil {
-		t.abandon(r)
+		t.abandon(r, err)
 		if cancel != nil {
 			cancel()
 		}
@@ -346,10 +355,18 @@ func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
 	return zero, ctxError(ctx, t.def)
 }
 
-// abandon drops both references of a record whose call was never dispatched.
-func (t *Task[In, Out]) abandon(r *actors.Record[In, Out]) {
-	r.Fail(nil)
+// abandon drops both references of a record whose call was never dispatched, which failed
+// with err.
+func (t *Task[In, Out]) abandon(r *actors.Record[In, Out], err error) {
+	r.Fail(err)
 	<-r.Done()
 	t.def.Records.Release(r)
 	t.def.Records.Release(r)
+}
+
+// rejected counts, in the pool's metrics, a call refused before it had a record.
+func (t *Task[In, Out]) rejected(p *Pool, err error) {
+	if p != nil {
+		p.obs.rejected(t.def.Index(), err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
@@ -144,6 +145,15 @@ type Config struct {
 	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
 	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
 	EventBuffer int
+	// MeterProvider receives the pool's OpenTelemetry metrics (docs/operating.md lists the
+	// instruments). Default: none, which costs calls nothing; the application chooses the
+	// SDK and exporter.
+	MeterProvider metric.MeterProvider
+	// LatencyWindow, if positive, has Stats.Tasks give each task's latency quantiles over
+	// the last one to two periods of LatencyWindow (30*time.Second is a good start). It
+	// costs each task 5 KB and each call two monotonic clock reads (as a MeterProvider that
+	// records does; with both, the reads are shared) and an atomic add. Default: none.
+	LatencyWindow time.Duration
 }
 
 // Restart is a pool's supervision policy (see the supervisor package).

@@ -20,6 +20,14 @@ func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	return newPool(cfg, false, tasks...)
 }
 
+// NewPoolWithoutMonitor starts a pool with no monitor: the call path as it was before
+// metrics, for the benchmark that compares the two. Not for concurrent use with NewPool.
+func NewPoolWithoutMonitor(cfg Config, tasks ...Definition) (*Pool, error) {
+	noMonitor = true
+	defer func() { noMonitor = false }()
+	return NewPool(cfg, tasks...)
+}
+
 // AwaitSpares waits until the spares being started have initialised (or failed).
 func AwaitSpares(p *Pool) { p.spares.wg.Wait() }
 

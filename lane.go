@@ -117,6 +117,7 @@ func (l *lane) start() error {
 	exec := &actors.Executor{
 		Region: l.region, Lane: l.laneBell, Drain: func() { l.drain() },
 		Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex, Panic: cfg.PanicCrashesLane,
+		Timed: l.p.obs.timed(),
 	}
 	go func() {
 		returned := false
@@ -362,7 +363,7 @@ func (l *lane) settle(i int) error {
 	}
 	// The lane counts as idle before the caller wakes, so a balancer sees it free.
 	l.inflight.Add(-1)
-	if err := l.p.byIndex[fn].SettleResult(l.p.id, l.key, s.Call(), s.Gen(), o, payload, l.proc == nil, l); err != nil {
+	if err := l.p.byIndex[fn].SettleResult(l.p.id, l.key, s.Call(), s.Gen(), o, payload, l.proc == nil, s.Seq(), l); err != nil {
 		l.inflight.Add(1)
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
 	}
@@ -642,6 +643,7 @@ func (l *lane) Ended() <-chan struct{} {
 // Open implements supervisor.Worker: the lane takes calls from now on.
 func (l *lane) Open() {
 	l.p.lanes[l.idx].Store(l)
+	l.p.obs.opened(l)
 	l.p.signal()
 }
 

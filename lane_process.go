@@ -366,6 +366,7 @@ func (l *lane) kill(why lifecycle.Exit) {
 	pl.killMu.Lock()
 	if pl.killed.Startup == 0 && pl.killed.Handoff == nil && pl.killed.HardTimeout == "" && pl.killed.Corrupt == nil && pl.killed.Unresponsive == "" {
 		pl.killed = why
+		l.p.obs.killed(l.idx, "SIGKILL", killReason(why))
 	}
 	pl.killMu.Unlock()
 	_ = syscall.Kill(-pl.pid, syscall.SIGKILL)

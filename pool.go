@@ -73,6 +73,11 @@ type Pool struct {
 	closeErr  error
 
 	eventLog eventRing // the last lifecycle events, for the inspector
+	obs      *monitor  // latency windows, lane totals, metric instruments (nil: none)
+	// Events() buffers from its first call (evWanted); before it, recent holds the last
+	// transitions for it to deliver first (under evMu).
+	evWanted atomic.Bool
+	recent   []Event
 }
 
 var poolIDs atomic.Uint64
@@ -97,7 +102,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	cfg = cfg.withDefaults()
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
-		lanes: make([]atomic.Pointer[lane], cfg.Lanes), events: make(chan Event, cfg.EventBuffer)}
+		lanes: make([]atomic.Pointer[lane], cfg.Lanes)}
 	debug := logging.DebugFromEnv()
 	p.root = logging.New(cfg.Logger, debug)
 	switch {
@@ -130,6 +135,11 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if err := checkSandbox(cfg, p.log); err != nil {
 		return nil, err
 	}
+	obs, err := newMonitor(p)
+	if err != nil {
+		return nil, err
+	}
+	p.obs = obs
 	if !supervised {
 		for i := range cfg.Lanes {
 			w, err := host{p}.StartLane(i, 0)
@@ -138,6 +148,10 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 				return nil, err
 			}
 			w.Open()
+		}
+		if err := p.startObserving(); err != nil {
+			p.stopLanes()
+			return nil, err
 		}
 		return p, nil
 	}
@@ -160,6 +174,10 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 			go p.watchdog(p.stopWatch, p.watchDone)
 		}
 	}
+	if err := p.startObserving(); err != nil {
+		_ = p.Close(context.Background())
+		return nil, err
+	}
 	p.log.Debug("pool started", zap.Int("lanes", cfg.Lanes), zap.Stringer("runtime", cfg.Runtime))
 	return p, nil
 }
@@ -167,9 +185,12 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 // PID is the pool's supervisor actor, for application actors that watch it.
 func (p *Pool) PID() *actor.PID { return p.tree.PID() }
 
-// Events delivers every lifecycle transition, in order, until the pool is closed. Events
-// that find the channel full are dropped and counted (Config.OnEvent drops none).
-func (p *Pool) Events() <-chan Event { return p.events }
+// Events delivers every lifecycle transition, in order, until the pool is closed: first the
+// last ones before its first call (up to 64), then every one. Events that find the channel
+// full are dropped and counted in Stats.DroppedEvents (Config.OnEvent drops none). Until
+// Events is first called, no channel is filled: a program that only uses OnEvent drops
+// nothing.
+func (p *Pool) Events() <-chan Event { return p.subscribe() }
 
 // host is the pool as the supervision tree sees it.
 type host struct{ p *Pool }
@@ -210,12 +231,23 @@ func (h host) Event(e Event) {
 		p.signal() // calls that fail fast stop waiting
 	}
 	p.eventLog.add(e)
+	p.obs.event(e)
+	p.buffer(e) // before OnEvent: what OnEvent has seen, a first Events call delivers
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(e)
 	}
+}
+
+// buffer sends e to the Events channel once it has been asked for, and remembers it for a
+// first call until then.
+func (p *Pool) buffer(e Event) {
 	p.evMu.Lock()
 	defer p.evMu.Unlock()
 	if p.evDone {
+		return
+	}
+	if !p.evWanted.Load() {
+		p.remember(e)
 		return
 	}
 	select {
@@ -279,7 +311,9 @@ func (p *Pool) closeEvents() {
 	defer p.evMu.Unlock()
 	if !p.evDone {
 		p.evDone = true
-		close(p.events)
+		if p.events != nil {
+			close(p.events)
+		}
 	}
 }
 
@@ -486,6 +520,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			<-p.watchDone
 		}
 		p.closeSpares()
+		p.stopObserving()
 		p.closeEvents()
 		if len(unacked) > 0 {
 			what := "abandoned"
@@ -535,13 +570,17 @@ func (l *lane) stop() bool {
 	acked := waitFor(cfg.StopAckTimeout, l.ended, l.acked)
 	switch {
 	case l.proc == nil && !acked:
+		l.p.obs.stopTimedOut(l.idx)
 		l.debug("stop not acknowledged: abandoning the lane", zap.Duration("waited", cfg.StopAckTimeout))
 		l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
 	case l.proc != nil && !acked:
 		l.debug("stop not acknowledged: SIGTERM to the process group", zap.Duration("waited", cfg.StopAckTimeout))
+		l.p.obs.stopTimedOut(l.idx)
+		l.p.obs.killed(l.idx, "SIGTERM", "stop_timeout")
 		_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
 		if !waitFor(cfg.KillGrace, l.ended) {
 			l.debug("still running after SIGTERM: SIGKILL", zap.Duration("grace", cfg.KillGrace))
+			l.p.obs.killed(l.idx, "SIGKILL", "stop_timeout")
 			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
 		}
 	case l.proc != nil:
@@ -550,6 +589,7 @@ func (l *lane) stop() bool {
 		// still reaped.
 		if !waitFor(cfg.KillGrace, l.ended) {
 			l.debug("acknowledged but still running: SIGKILL", zap.Duration("grace", cfg.KillGrace))
+			l.p.obs.killed(l.idx, "SIGKILL", "exit_timeout")
 			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
 		}
 	default:
@@ -587,6 +627,12 @@ type LaneStats struct {
 	Completed   uint64 // by its current incarnation
 	Failed      uint64 // by its current incarnation
 	PID         int    // the lane's process (process lanes)
+	// Across the slot's incarnations (Restarts is, too): calls completed and failed by all
+	// of them, and how many crashed (ended with a crash code: not a stop, an exit or a
+	// failed start).
+	TotalCompleted uint64
+	TotalFailed    uint64
+	Crashes        int
 }
 
 func (l *lane) pid() int {
@@ -604,6 +650,8 @@ type Stats struct {
 	Failed        bool   // the supervisor gave up every lane
 	DroppedEvents uint64 // events that found Events() full
 	Spares        []int  // process IDs of the spare lane processes waiting for a restart
+	// Tasks is the recent latency of each task's calls (with Config.LatencyWindow).
+	Tasks []TaskStats
 }
 
 // Stats returns a snapshot of the pool's lanes.
@@ -630,7 +678,9 @@ func (p *Pool) Stats() Stats {
 			ls.InFlight, ls.Queued = int(l.inflight.Load()), int(l.queued.Load())
 			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.pid()
 		}
+		p.totalsOf(i, &ls)
 		s.Lanes = append(s.Lanes, ls)
 	}
+	s.Tasks = p.taskStats()
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/internal/spin"
 )
 
@@ -39,6 +40,9 @@ type Executor struct {
 	Carried bool
 	// Panic makes a task panic end Run with the *PanicError (PanicCrashesLane).
 	Panic bool
+	// Timed makes the lane time each call and report it in its result slot's sequence field
+	// (nanoseconds), which the host's metrics split from the time the call waited.
+	Timed bool
 
 	scratch []byte
 }
@@ -113,6 +117,10 @@ func (e *Executor) Run() error {
 			running.Store(fastpath.RunningWord(w.seq, true))
 			var out []byte
 			var o Outcome
+			var began time.Duration
+			if e.Timed {
+				began = latency.Now()
+			}
 			if e.Local {
 				o = t.RunLocal(w.id, w.gen)
 			} else {
@@ -121,6 +129,10 @@ func (e *Executor) Run() error {
 				if err != nil {
 					return err
 				}
+			}
+			var ran uint64
+			if e.Timed {
+				ran = uint64(max(latency.Now()-began, 1))
 			}
 			if o == Panicked && e.Panic {
 				return e.panicOf(t, w.id, out)
@@ -137,6 +149,9 @@ func (e *Executor) Run() error {
 			rs.SetCall(w.id, w.gen)
 			rs.SetAbort(w.abort)
 			rs.SetFlags(uint32(o))
+			if e.Timed {
+				rs.SetSeq(ran)
+			}
 			// Each result is published as soon as it exists: a result that waited for the
 			// rest of its burst would be lost with the lane, and its call with it.
 			ret.Publish(j)
