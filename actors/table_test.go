@@ -110,24 +110,39 @@ func releaseCall[In, Out any](task *Task[In, Out], r *Record[In, Out]) {
 }
 
 // A record returns to the free list only when every holder has let go: while one still
-// holds it, allocation hands out other records, whichever holder lets go first.
+// holds it, allocation hands out other records, whichever holder lets go first (the lane,
+// settling the call; or the caller, which gave up before the lane's result came).
 func TestTableReleaseWaitsForEveryHolder(t *testing.T) {
 	for _, callerFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("callerFirst=%v", callerFirst), func(t *testing.T) {
 			task := defineTest(t, double, Options{})
 			r := startCall(t, task, context.Background(), 1, 1, 0)
 			gen := r.Gen.Load()
-			r.Resolve(2)
-			<-r.Done()
-			task.Records.Release(r)
+			payload, _ := task.OutCdc.Append(nil, 2)
+			lane := func() {
+				if err := task.SettleResult(1, 0, r.ID, gen, OK, payload, false, testWrapper{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			caller := func() { task.Records.Release(r) }
+			first, second := lane, caller
+			if callerFirst {
+				r.Fail(errors.New("caller gave up"))
+				first, second = caller, lane
+			}
+			first()
 			if n := nextAlloc(t, &task.Records); n == r {
 				t.Fatal("a record still held by one side was handed out again")
 			}
-			if r.Gen.Load() != gen || r.Out != 2 {
-				t.Fatalf("a held record changed: gen %d->%d, out %v", gen, r.Gen.Load(), r.Out)
+			<-r.Done()
+			if r.Gen.Load() != gen || isFree(r) {
+				t.Fatalf("a held record changed: gen %d->%d, free %v", gen, r.Gen.Load(), isFree(r))
 			}
-			task.Records.Release(r)
-			if !isFree(r) {
+			if callerFirst && r.Err == nil || !callerFirst && r.Out != 2 {
+				t.Fatalf("result %v, %v", r.Out, r.Err)
+			}
+			second()
+			if !isFree(r) || r.Gen.Load() != gen+1 {
 				t.Fatal("record not free after the last holder let go")
 			}
 		})
