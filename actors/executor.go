@@ -191,8 +191,9 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 		}
 	}
 	if len(out) > limit {
+		// The report must fit too: one that did not would be retried in reserve forever.
 		msg := fmt.Sprintf("result of %d bytes is over the %d-byte limit", len(out), limit)
-		return EncodeWireError(e.scratch[:0], CodePayloadTooLarge, msg), BadOutput, nil
+		return FitWireError(e.scratch[:0], WireError{Code: CodePayloadTooLarge, Message: msg}, limit), BadOutput, nil
 	}
 	return out, o, nil
 }

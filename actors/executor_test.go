@@ -688,3 +688,21 @@ func TestExecutorPanicCrashesLane(t *testing.T) {
 		})
 	}
 }
+
+// A result over the limit is replaced by a PAYLOAD_TOO_LARGE report that itself fits the
+// smallest region a pool may configure (64 bytes inline, 64 of arena): a report that did
+// not fit would leave the lane retrying its publication forever.
+func TestExecutorTooLargeReportFitsTinyRegion(t *testing.T) {
+	task := defineTest(t, func(_ context.Context, n int) (string, error) { return strings.Repeat("x", n), nil }, Options{})
+	h := startExecutor(t, fastpath.Layout{Inline: 64, Arena: 64, AbortBits: 1}, []Def{task}, nil)
+	for _, n := range []int{100, 1 << 20} {
+		p, _ := task.InCodec.Append(nil, n)
+		h.send(callSlot{id: uint32(n), payload: p})
+		got := h.receive(1)
+		we, err := DecodeWireError(got[0].payload)
+		if got[0].o != BadOutput || err != nil || we.Code != CodePayloadTooLarge || !strings.Contains(we.Message, "over the") {
+			t.Fatalf("%d-byte result: %v %+v %v; want a PAYLOAD_TOO_LARGE report", n, got[0].o, we, err)
+		}
+	}
+	h.stopAndWait()
+}
