@@ -148,9 +148,10 @@ func (e *Executor) Run() error {
 // signal lets the host know results are waiting: a goroutine lane settles them itself, a
 // process lane rings the completion doorbell if the host sleeps on it.
 func (e *Executor) signal() {
-	if e.Drain != nil {
+	switch {
+	case e.Drain != nil:
 		e.Drain()
-	} else {
+	case e.Done != nil: // nil: never rung, even when the host has armed the doorbell
 		e.Region.Returns().Completion().Signal(e.Done)
 	}
 }

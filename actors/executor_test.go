@@ -706,3 +706,38 @@ func TestExecutorTooLargeReportFitsTinyRegion(t *testing.T) {
 	}
 	h.stopAndWait()
 }
+
+// Without a completion bell (Done nil: never rung) the executor still publishes, even when
+// the host has armed the completion doorbell: a host that sleeps there must bring its own
+// wake-up.
+func TestExecutorWithoutDoneBell(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	h := startExecutor(t, fastpath.Layout{Arena: 64, AbortBits: 1}, []Def{task}, func(e *Executor) {
+		e.Local, e.Done = true, nil
+	})
+	h.region.Returns().Completion().Arm()
+	// The executor signals after each publish; it takes the second call only after it has
+	// signalled the first result.
+	for n := range 2 {
+		r := startCall(t, task, context.Background(), n, 1, 0)
+		h.send(callSlot{id: r.ID, gen: r.Gen.Load()})
+		eventually(t, "a result or the lane's end", func() bool {
+			select {
+			case <-h.ended:
+				return true
+			default:
+				return h.ret.Poll() != 0
+			}
+		})
+		select {
+		case <-h.ended:
+			t.Fatalf("lane ended: %v", h.err)
+		default:
+		}
+		if got := h.receive(1); got[0].id != r.ID || got[0].o != OK {
+			t.Fatalf("result %+v", got[0])
+		}
+		releaseCall(task, r)
+	}
+	h.stopAndWait()
+}
