@@ -741,3 +741,89 @@ func TestExecutorWithoutDoneBell(t *testing.T) {
 	}
 	h.stopAndWait()
 }
+
+// A full return ring holds the lane back until the host drains it; no result is lost or
+// reordered, and the request ring keeps taking calls meanwhile.
+func TestExecutorWaitsForFullReturnRing(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	h := startExecutor(t, fastpath.Layout{Arena: 64, AbortBits: 1}, []Def{task}, func(e *Executor) { e.Local = true })
+	const calls = fastpath.Slots + 8
+	var recs []*Record[int, int]
+	for n := range calls {
+		r := startCall(t, task, context.Background(), n, 1, 0)
+		recs = append(recs, r)
+		// The request ring has as many slots as the return ring: wait for the lane to take
+		// each burst before reserving past it.
+		if n == fastpath.Slots {
+			eventually(t, "the lane took the first burst", func() bool { return h.region.Requests().Consumer().Peek() == 0 })
+		}
+		h.send(callSlot{id: r.ID, gen: r.Gen.Load()})
+	}
+	// One call more than the return ring holds has run; its result waits for a slot.
+	eventually(t, "the lane blocked on a full return ring", func() bool {
+		return h.region.Stats().Snapshot().Completed == fastpath.Slots+1
+	})
+	if h.ret.Poll() != 1<<fastpath.Slots-1 {
+		t.Fatalf("return ring %#x, want full", h.ret.Poll())
+	}
+	got := h.receive(calls)
+	for k, res := range got {
+		if res.id != recs[k].ID || res.o != OK {
+			t.Fatalf("result %d: %+v, want call %d ok", k, res, recs[k].ID)
+		}
+	}
+	for _, r := range recs {
+		releaseCall(task, r)
+	}
+	h.stopAndWait()
+}
+
+// A goroutine lane settles its results itself (Drain) right after each publish: calls
+// settle with nobody reading the return ring.
+func TestExecutorDrain(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	const owner, lane = 9, 3
+	var h *testHost
+	var drains atomic.Int32
+	var bad atomic.Value
+	drain := func() {
+		drains.Add(1)
+		pending := h.ret.Poll()
+		for m := pending; m != 0; {
+			i := h.ret.Next(m)
+			m &^= 1 << i
+			s := h.ret.Slot(i)
+			if err := task.SettleResult(owner, lane, s.Call(), s.Gen(), Outcome(s.Flags()), nil, true, testWrapper{}); err != nil {
+				bad.Store(err)
+			}
+		}
+		h.ret.Retire(pending)
+	}
+	h = startExecutor(t, fastpath.Layout{Arena: 64, AbortBits: 1}, []Def{task}, func(e *Executor) {
+		e.Local, e.Drain = true, func() { drain() }
+	})
+	var recs []*Record[int, int]
+	for n := range 5 {
+		r := startCall(t, task, context.Background(), n, owner, lane)
+		recs = append(recs, r)
+		h.stage(callSlot{id: r.ID, gen: r.Gen.Load()})
+	}
+	h.flush()
+	for _, r := range recs {
+		<-r.Done()
+		if r.Out != 2*r.In || r.Err != nil {
+			t.Fatalf("call %d: %v, %v", r.In, r.Out, r.Err)
+		}
+		task.Records.Release(r)
+		if !isFree(r) {
+			t.Fatalf("call %d: record not free after settle and release", r.In)
+		}
+	}
+	h.stopAndWait()
+	if err, _ := bad.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	if drains.Load() < 5 {
+		t.Fatalf("Drain ran %d times for 5 results, want once per result", drains.Load())
+	}
+}
