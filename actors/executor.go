@@ -163,9 +163,10 @@ func (e *Executor) Run() error {
 // signal lets the host know results are waiting: a goroutine lane settles them itself, a
 // process lane rings the completion doorbell if the host sleeps on it.
 func (e *Executor) signal() {
-	if e.Drain != nil {
+	switch {
+	case e.Drain != nil:
 		e.Drain()
-	} else {
+	case e.Done != nil: // nil: never rung, even when the host has armed the doorbell
 		e.Region.Returns().Completion().Signal(e.Done)
 	}
 }
@@ -206,8 +207,9 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 		}
 	}
 	if len(out) > limit {
+		// The report must fit too: one that did not would be retried in reserve forever.
 		msg := fmt.Sprintf("result of %d bytes is over the %d-byte limit", len(out), limit)
-		return EncodeWireError(e.scratch[:0], CodePayloadTooLarge, msg), BadOutput, nil
+		return FitWireError(e.scratch[:0], WireError{Code: CodePayloadTooLarge, Message: msg}, limit), BadOutput, nil
 	}
 	return out, o, nil
 }
