@@ -263,7 +263,7 @@ func TestExecutorRunsCallsInOrder(t *testing.T) {
 		if res.o != OK {
 			t.Fatalf("call %d: outcome %v", res.id, res.o)
 		}
-		if err := task.SettleResult(owner, lane, res.id, res.gen, res.o, res.payload, true, testWrapper{}); err != nil {
+		if err := task.SettleResult(owner, lane, res.id, res.gen, res.o, res.payload, true, 0, testWrapper{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -793,7 +793,7 @@ func TestExecutorDrain(t *testing.T) {
 			i := h.ret.Next(m)
 			m &^= 1 << i
 			s := h.ret.Slot(i)
-			if err := task.SettleResult(owner, lane, s.Call(), s.Gen(), Outcome(s.Flags()), nil, true, testWrapper{}); err != nil {
+			if err := task.SettleResult(owner, lane, s.Call(), s.Gen(), Outcome(s.Flags()), nil, true, 0, testWrapper{}); err != nil {
 				bad.Store(err)
 			}
 		}

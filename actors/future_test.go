@@ -226,7 +226,7 @@ func TestFutureExpireHoldsRecord(t *testing.T) {
 		r.Fail(ctx.Err())
 		// The lane's late result arrives while the hook still runs: it drops the dispatch
 		// reference and settles nothing.
-		if err := task.SettleResult(1, 0, r.ID, gen, OK, payload, false, testWrapper{}); err != nil {
+		if err := task.SettleResult(1, 0, r.ID, gen, OK, payload, false, 0, testWrapper{}); err != nil {
 			inHook <- err
 			return
 		}

@@ -146,7 +146,7 @@ func TestSettleResultEncoded(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := startCall(t, task, context.Background(), "in", 3, 4)
-			if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), c.o, c.payload, false, testWrapper{}); err != nil {
+			if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), c.o, c.payload, false, 0, testWrapper{}); err != nil {
 				t.Fatalf("SettleResult: %v", err)
 			}
 			<-r.Done()
@@ -163,7 +163,7 @@ func TestSettleResultEncoded(t *testing.T) {
 	// An OK result whose value does not decode fails the call as BadOutput.
 	num := defineTest(t, double, Options{})
 	r := startCall(t, num, context.Background(), 1, 3, 4)
-	if err := num.SettleResult(3, 4, r.ID, r.Gen.Load(), OK, []byte{1, 2, 3}, false, testWrapper{}); err != nil {
+	if err := num.SettleResult(3, 4, r.ID, r.Gen.Load(), OK, []byte{1, 2, 3}, false, 0, testWrapper{}); err != nil {
 		t.Fatal(err)
 	}
 	<-r.Done()
@@ -183,7 +183,7 @@ func TestSettleResultLocal(t *testing.T) {
 	}, Options{})
 	r := startCall(t, task, context.Background(), 1, 3, 4)
 	o := task.RunLocal(r.ID, r.Gen.Load())
-	if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), o, nil, true, testWrapper{}); err != nil {
+	if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), o, nil, true, 0, testWrapper{}); err != nil {
 		t.Fatal(err)
 	}
 	<-r.Done()
@@ -194,7 +194,7 @@ func TestSettleResultLocal(t *testing.T) {
 
 	r = startCall(t, task, context.Background(), -1, 3, 4)
 	o = task.RunLocal(r.ID, r.Gen.Load())
-	if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), o, nil, true, testWrapper{}); err != nil {
+	if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), o, nil, true, 0, testWrapper{}); err != nil {
 		t.Fatal(err)
 	}
 	<-r.Done()
@@ -236,7 +236,7 @@ func TestSettleResultRefusesForeignResult(t *testing.T) {
 		{"hostile index", 3, 4, 1<<32 - 1, 0, nil},
 	}
 	for _, c := range cases {
-		err := task.SettleResult(c.owner, c.lane, c.id, c.gen, OK, payload, false, testWrapper{})
+		err := task.SettleResult(c.owner, c.lane, c.id, c.gen, OK, payload, false, 0, testWrapper{})
 		if err == nil {
 			t.Errorf("%s: result accepted", c.name)
 		}
@@ -245,7 +245,7 @@ func TestSettleResultRefusesForeignResult(t *testing.T) {
 		}
 	}
 	// The holding lane's result still settles it.
-	if err := task.SettleResult(3, 4, r.ID, gen, OK, payload, false, testWrapper{}); err != nil {
+	if err := task.SettleResult(3, 4, r.ID, gen, OK, payload, false, 0, testWrapper{}); err != nil {
 		t.Fatal(err)
 	}
 	<-r.Done()
@@ -253,7 +253,7 @@ func TestSettleResultRefusesForeignResult(t *testing.T) {
 		t.Fatalf("result %v", r.Out)
 	}
 	// A second result for the call it no longer holds is refused too.
-	if err := task.SettleResult(3, 4, r.ID, gen, OK, payload, false, testWrapper{}); err == nil {
+	if err := task.SettleResult(3, 4, r.ID, gen, OK, payload, false, 0, testWrapper{}); err == nil {
 		t.Error("a second result for a settled call was accepted")
 	}
 	task.Records.Release(r)
@@ -269,7 +269,7 @@ func TestSettleResultAfterCallerGaveUp(t *testing.T) {
 	r := startCall(t, task, ctx, 1, 3, 4)
 	cancel()
 	report := EncodeWireError(nil, "", "context canceled")
-	if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), Failed, report, false, testWrapper{}); err != nil {
+	if err := task.SettleResult(3, 4, r.ID, r.Gen.Load(), Failed, report, false, 0, testWrapper{}); err != nil {
 		t.Fatal(err)
 	}
 	if !r.Pending() {

@@ -120,7 +120,7 @@ func TestTableReleaseWaitsForEveryHolder(t *testing.T) {
 			gen := r.Gen.Load()
 			payload, _ := task.OutCdc.Append(nil, 2)
 			lane := func() {
-				if err := task.SettleResult(1, 0, r.ID, gen, OK, payload, false, testWrapper{}); err != nil {
+				if err := task.SettleResult(1, 0, r.ID, gen, OK, payload, false, 0, testWrapper{}); err != nil {
 					t.Fatal(err)
 				}
 			}
