@@ -121,6 +121,12 @@ type Config struct {
 	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
 	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
 	EventBuffer int
+	// MaxCallsPerLane recycles a lane incarnation once it has taken this many calls (zero:
+	// never), goroutine and process lanes alike: its replacement boots while it serves on
+	// (a process lane's from a spare), takes its place once ready, and then the recycled
+	// incarnation finishes the calls it holds and stops. It is a trigger, not a cap: a lane
+	// takes the calls that reach it while its replacement boots. docs/lifecycle.md.
+	MaxCallsPerLane int
 }
 
 // Restart is a pool's supervision policy (see the supervisor package).
@@ -222,6 +228,12 @@ type ProcessConfig struct {
 	// waiting for a boot record — so that a restart skips process start-up (default 1;
 	// negative: none). A spare is started once the pool is up and after each one is taken.
 	Spares int
+	// MaxLaneMemory recycles a process lane whose resident memory (RSS, of the lane's
+	// process: a Prefix that forks measures the wrapper) is above this many bytes (zero:
+	// never), the way MaxCallsPerLane does. It is sampled from /proc/PID/statm at the
+	// watchdog's tick (Liveness/3, or 1s with the watchdog off), so a lane may grow past it
+	// between two looks: it is a trigger, not a limit.
+	MaxLaneMemory int64
 }
 
 const (

@@ -27,10 +27,11 @@ type fakeWorker struct {
 	end        End
 }
 
-func (w *fakeWorker) Ended() <-chan struct{} { return w.ended }
-func (w *fakeWorker) End() End               { return w.end }
-func (w *fakeWorker) Open()                  {}
-func (w *fakeWorker) finish(e End)           { w.once.Do(func() { w.end = e; close(w.ended) }) }
+func (w *fakeWorker) Ended() <-chan struct{}      { return w.ended }
+func (w *fakeWorker) End() End                    { return w.end }
+func (w *fakeWorker) Open()                       {}
+func (w *fakeWorker) finish(e End)                { w.once.Do(func() { w.end = e; close(w.ended) }) }
+func (w *fakeWorker) Retire(<-chan struct{}) bool { return w.Stop() }
 func (w *fakeWorker) Stop() bool {
 	msg := "lane stopped (exit status 0)"
 	if w.ignoreStop {

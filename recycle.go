@@ -1,0 +1,99 @@
+package knit
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+
+	"go.uber.org/zap"
+)
+
+// Recycling (Config.MaxCallsPerLane, ProcessConfig.MaxLaneMemory) and retiring (Resize)
+// share one graceful end: Retire. A recycled lane serves until its replacement is ready
+// (the supervisor boots it, from a spare for process lanes, and opens it in the same slot);
+// then it retires: no new call, the ones it holds finish — its backlog drains through its
+// own ring, so every caller's result comes from the lane it waits on — and then the usual
+// stop protocol. Nothing runs twice and nothing is lost: a call is either finished by the
+// retiring lane or, if the stop protocol has to cut it short (Close, or Resize's context),
+// settled like the calls of any stopped lane (those that had not started run elsewhere).
+
+// countCall counts a call the lane took and asks for a recycle at every MaxCallsPerLane-th
+// (a replacement that could not boot is tried again max calls later). Called with mu held.
+func (l *lane) countCall(max int) {
+	l.calls++
+	if l.calls%max == 0 && l.p.tree != nil {
+		l.p.tree.Recycle(l.idx, l.inc, fmt.Sprintf("MaxCallsPerLane: %d calls taken (limit %d)", l.calls, max))
+	}
+}
+
+// Retire implements supervisor.Worker: the lane takes no new call, finishes the ones it
+// holds, and then runs the stop protocol; once hurry is closed it stops at once. It returns
+// once the lane has ended.
+func (l *lane) Retire(hurry <-chan struct{}) bool {
+	l.mu.Lock()
+	if l.state.Load() == laneReady {
+		l.state.Store(laneRetiring)
+	}
+	l.mu.Unlock()
+	l.debug("retiring: finishing held calls", zap.Int32("in_flight", l.inflight.Load()))
+wait:
+	for l.inflight.Load() > 0 {
+		select {
+		case <-l.idle:
+		case <-l.ended:
+			break wait
+		case <-hurry:
+			break wait
+		}
+	}
+	acked := l.Stop()
+	if l.p.slots[l.idx].old.CompareAndSwap(l, nil) {
+		l.p.signal() // Resize may wait for it
+	}
+	return acked
+}
+
+// retireIdle tells Retire that a retiring lane's last call has settled.
+func (l *lane) retireIdle() {
+	select {
+	case l.idle <- struct{}{}:
+	default:
+	}
+}
+
+// checkMemory asks for a recycle of a process lane whose resident memory is over
+// MaxLaneMemory. The watchdog calls it at every tick, for ready lanes only; the supervisor
+// drops repeated requests while the replacement boots.
+func (p *Pool) checkMemory(l *lane) {
+	max := p.cfg.Process.MaxLaneMemory
+	if max <= 0 || l.proc == nil || l.state.Load() != laneReady {
+		return
+	}
+	rss, ok := residentBytes(l.proc.pid)
+	if !ok || rss <= max {
+		return
+	}
+	l.debug("lane memory over MaxLaneMemory: recycling", zap.Int64("rss", rss), zap.Int64("limit", max))
+	p.tree.Recycle(l.idx, l.inc, fmt.Sprintf("MaxLaneMemory: resident memory %d MiB over the limit of %d MiB", rss>>20, max>>20))
+}
+
+var pageSize = int64(os.Getpagesize())
+
+// residentBytes is process pid's resident set size, from /proc/PID/statm (its second field,
+// in pages): one small read, no parsing of status text.
+func residentBytes(pid int) (int64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil || pages < 0 {
+		return 0, false
+	}
+	return pages * pageSize, true
+}
