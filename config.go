@@ -183,8 +183,11 @@ const (
 	StateRestarting       = supervisor.Restarting
 	StateCrashLoopBackoff = supervisor.CrashLoopBackoff // restarting after Event.Delay, past the restart intensity
 	StateDead             = supervisor.Dead
-	StateFailed           = supervisor.Failed // the pool: no lane is left
-	StateNew              = supervisor.New    // before a lane's first boot
+	StateFailed           = supervisor.Failed    // the pool: no lane is left
+	StateNew              = supervisor.New       // before a lane's first boot
+	StateRecycling        = supervisor.Recycling // a planned replacement (MaxCallsPerLane, MaxLaneMemory); Reason says why
+	StateRetiring         = supervisor.Retiring  // removed by Resize: finishing its calls
+	StateRemoved          = supervisor.Removed   // gone from the pool (Resize)
 )
 
 // PoolFailed is the message Config.Parent receives when the pool has failed.
