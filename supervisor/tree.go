@@ -509,6 +509,9 @@ func (a *laneActor) Receive(ctx actor.Context) {
 			a.mayBoot(ctx)
 			return
 		}
+		if a.ln.grown { // a lane Resize added: its numbers follow any lane it replaces
+			a.inc = a.t.newInc(a.ln)
+		}
 		a.boot(ctx)
 	case *bootLane:
 		a.mayBoot(ctx)
@@ -611,7 +614,7 @@ func (a *laneActor) mayBoot(ctx actor.Context) {
 func (a *laneActor) boot(ctx actor.Context) {
 	a.booting = true
 	reason := ""
-	if a.inc == 0 {
+	if a.gen == 0 {
 		reason = a.ln.added
 	}
 	a.record(Booting, "", reason, 0)
@@ -801,6 +804,9 @@ type poolActor struct {
 	// A shrinking Resize: lanes still retiring, and its answer.
 	removing int
 	resized  chan error
+	// lastInc is the last incarnation of each lane index Resize removed: a lane added
+	// there later goes on from it, so that no two incarnations of a lane index share a number.
+	lastInc map[int]int
 }
 
 func (p *poolActor) Receive(ctx actor.Context) {
@@ -1048,7 +1054,10 @@ func (p *poolActor) resize(ctx actor.Context, m *resizeTree) {
 		// New lanes start after every other: RestForOne takes them along with any lane
 		// below them, as lane order is start order.
 		for i := cur; i < m.n; i++ {
-			ln := &laneInfo{idx: i, state: New, grown: true, added: fmt.Sprintf("added: pool resized to %d lanes", m.n)}
+			ln := &laneInfo{idx: i, state: New, grown: true, added: fmt.Sprintf("added: pool resized to %d lanes", m.n), maxInc: -1}
+			if last, ok := p.lastInc[i]; ok {
+				ln.maxInc = last
+			}
 			t.lanes = append(t.lanes, ln)
 			ln.pid = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &laneActor{t: t, ln: ln} }))
 		}
@@ -1097,10 +1106,14 @@ func (p *poolActor) shrunk() {
 	for n > 0 && t.lanes[n-1].mode == removed {
 		n--
 	}
+	if p.lastInc == nil {
+		p.lastInc = map[int]int{}
+	}
 	for _, ln := range t.lanes[n:] {
 		t.sys.Root.Stop(ln.pid)
 		ln.mu.Lock()
 		from, inc := ln.state, ln.incarnation
+		p.lastInc[ln.idx] = ln.maxInc
 		ln.state = Removed
 		ln.mu.Unlock()
 		t.evMu.Lock()
