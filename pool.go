@@ -243,7 +243,7 @@ func eventLevel(e Event) zapcore.Level {
 		return zapcore.WarnLevel
 	case StateDead, StateFailed, StateCrashLoopBackoff:
 		return zapcore.ErrorLevel
-	case StateRestarting:
+	case StateRestarting, StateRecycling, StateRetiring, StateRemoved:
 		return zapcore.InfoLevel
 	case StateBooting, StateReady:
 		if e.Incarnation > 0 {
