@@ -363,6 +363,11 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: e.Message}
 			}
 			changed := p.changes()
+			if p.closing.Load() {
+				// Close may have begun (and stopped every lane) since the check above: its
+				// signal came before this changed, so nothing else would wake us.
+				return nil, errClosed
+			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
 					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(),

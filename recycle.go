@@ -22,7 +22,7 @@ import (
 // (a replacement that could not boot is tried again max calls later). Called with mu held.
 func (l *lane) countCall(max int) {
 	l.calls++
-	if l.calls%max == 0 && l.p.tree != nil {
+	if l.calls%max == 0 && l.p.tree != nil && !l.p.closing.Load() { // Close replaces nothing
 		l.p.tree.Recycle(l.idx, l.inc, fmt.Sprintf("MaxCallsPerLane: %d calls taken (limit %d)", l.calls, max))
 	}
 }
@@ -67,7 +67,7 @@ func (l *lane) retireIdle() {
 // drops repeated requests while the replacement boots.
 func (p *Pool) checkMemory(l *lane) {
 	max := p.cfg.Process.MaxLaneMemory
-	if max <= 0 || l.proc == nil || l.state.Load() != laneReady {
+	if max <= 0 || l.proc == nil || l.state.Load() != laneReady || p.closing.Load() {
 		return
 	}
 	rss, ok := residentBytes(l.proc.pid)

@@ -123,16 +123,26 @@ func (p *Pool) shrink(ctx context.Context, cur, n int) error {
 	if err := p.tree.Resize(n, ctx.Done()); err != nil {
 		return p.resizeError(err)
 	}
+	done := ctx.Done()
 	for {
 		changed := p.changes()
-		busy := false
+		var busy []*lane
 		for i := n; i < cur; i++ {
-			busy = busy || p.slots[i].old.Load() != nil
+			if o := p.slots[i].old.Load(); o != nil {
+				busy = append(busy, o)
+			}
 		}
-		if !busy {
+		if len(busy) == 0 {
 			break
 		}
-		<-changed // a recycled incarnation that retires signals; Close hurries it
+		select {
+		case <-changed: // a recycled incarnation that has retired signals; Close hurries it
+		case <-done: // stop at once, like the lanes retired above
+			for _, o := range busy {
+				o.Stop()
+			}
+			done = nil
+		}
 	}
 	p.size.Store(int32(n))
 	for i := n; i < cur; i++ {
