@@ -450,7 +450,9 @@ func TestResizeRacingClose(t *testing.T) {
 			const ids = 1 << 16
 			underway := make(chan struct{})
 			var once sync.Once
-			cfg := knit.Config{Lanes: r.from, Runtime: r.rt, Logger: quiet(), OnEvent: func(e knit.Event) {
+			// StopAckTimeout: a machine busy enough may hold a lane past the default 50ms;
+			// a lane that never acknowledges still fails the test, later.
+			cfg := knit.Config{Lanes: r.from, Runtime: r.rt, Logger: quiet(), StopAckTimeout: 10 * time.Second, OnEvent: func(e knit.Event) {
 				if e.To == knit.StateRetiring || e.To == knit.StateBooting && strings.HasPrefix(e.Reason, "added") {
 					once.Do(func() { close(underway) })
 				}
