@@ -297,6 +297,7 @@ func TestRecycleMaxCallsProcess(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	p := newProcessPool(t, knit.Config{Lanes: 2, MaxCallsPerLane: ids / 6, Logger: zap.New(core), OnEvent: w.on,
 		Process: knit.ProcessConfig{Env: []string{envRuns + "=" + path}}}, chaosOnce)
+	knit.AwaitSpares(p) // the first recycle finds the spare ready
 	w.arm(true)
 	ld := startLoad(8, int64(ids), func(id int) (int, error) { return chaosOnce.Call(context.Background(), p, chaosCall{ID: id}) })
 	ld.until(int64(ids))
