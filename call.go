@@ -267,7 +267,11 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 		return c, nil
 	}
 	var err error
-	if r.Enc, err = t.def.InCodec.Append(r.Enc[:0], r.In); err != nil {
+	r.Enc = r.Enc[:0]
+	if prop := p.cfg.Propagator; prop != nil {
+		r.Enc = actors.AppendCarried(r.Enc, func(add func(k, v string)) { prop.Inject(ctx, setCarrier(add)) })
+	}
+	if r.Enc, err = t.def.InCodec.Append(r.Enc, r.In); err != nil {
 		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
 	}
 	if len(r.Enc) > p.cfg.Payload.MaxCall {
@@ -275,8 +279,18 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.payload = r.Enc
+	if d, ok := ctx.Deadline(); ok {
+		c.deadline = d.UnixNano() // the task on the lane sees its caller's deadline
+	}
 	return c, nil
 }
+
+// setCarrier is a propagation.TextMapCarrier that only takes what Inject sets.
+type setCarrier func(key, value string)
+
+func (c setCarrier) Set(key, value string) { c(key, value) }
+func (setCarrier) Get(string) string       { return "" }
+func (setCarrier) Keys() []string          { return nil }
 
 // expire settles a call whose context ended before its result came, and asks a process
 // lane to interrupt it.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/actors"
@@ -26,6 +27,22 @@ func (r Runtime) String() string {
 		return "process"
 	}
 	return "goroutine"
+}
+
+// MarshalText names the runtime (JSON carries "process", not 1).
+func (r Runtime) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads a runtime's name.
+func (r *Runtime) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "goroutine":
+		*r = Goroutine
+	case "process":
+		*r = Process
+	default:
+		return fmt.Errorf("knit: unknown runtime %q", b)
+	}
+	return nil
 }
 
 // Balancer picks the lane for a call.
@@ -101,6 +118,12 @@ type Config struct {
 	// looks at every return ring, so that a lost doorbell cannot strand results (default
 	// 3s; negative: no watchdog).
 	Liveness time.Duration
+	// Propagator carries values of each caller's context into process lanes — with
+	// propagation.TraceContext{}, a trace goes on in the task — when the lane binary's
+	// knit.Main has the same propagator (WithPropagator). Default: none; with one, each call
+	// to a process lane costs an Inject and a few small allocations. (Goroutine lanes run
+	// tasks under the caller's own context.)
+	Propagator propagation.TextMapPropagator
 	// Process configures process lanes.
 	Process ProcessConfig
 	// Logger receives knit's logs and the output of process lanes; it decides their levels
@@ -231,6 +254,10 @@ type ProcessConfig struct {
 	// waiting for a boot record — so that a restart skips process start-up (default 1;
 	// negative: none). A spare is started once the pool is up and after each one is taken.
 	Spares int
+	// Sandbox confines each lane with Landlock and a seccomp preset, applied by the lane
+	// before it serves; a layer is off, best effort or required (docs/process-lanes.md,
+	// "Containing untrusted or crashy code").
+	Sandbox Sandbox
 	// MaxLaneMemory recycles a process lane whose resident memory (RSS, of the lane's
 	// process: a Prefix that forks measures the wrapper) is above this many bytes (zero:
 	// never), the way MaxCallsPerLane does. It is sampled from /proc/PID/statm at the

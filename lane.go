@@ -36,6 +36,7 @@ type call struct {
 	seq         *atomic.Uint64 // the record's sequence number, set when it is published
 	payload     []byte         // the encoded input (process lanes)
 	cancellable bool           // the caller's context can end: a process lane gives it an abort bit
+	deadline    int64          // the caller's deadline in Unix nanoseconds, 0 for none (process lanes)
 }
 
 // lane is the host side of one lane: the producer of its request ring (under mu, shared by
@@ -246,6 +247,7 @@ func (l *lane) publish(slot int, c call) bool {
 	s.SetAbort(uint32(c.abort.Load() + 1))
 	l.seq++
 	s.SetSeq(l.seq)
+	s.SetDeadline(c.deadline)
 	c.seq.Store(l.seq)
 	l.req.Stage(slot)
 	return true

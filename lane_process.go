@@ -251,8 +251,10 @@ func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
-		Shm: rendezvous,
+		Carry: cfg.Propagator != nil,
+		Shm:   rendezvous,
 	}
+	boot.Sandbox = laneSandbox(cfg)
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
 	}

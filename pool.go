@@ -75,6 +75,8 @@ type Pool struct {
 	closeOnce sync.Once
 	closeDone chan struct{}
 	closeErr  error
+
+	eventLog eventRing // the last lifecycle events, for the inspector
 }
 
 var poolIDs atomic.Uint64
@@ -131,6 +133,9 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		}
 	}
 	if err := checkPortable(cfg, p.defs); err != nil {
+		return nil, err
+	}
+	if err := checkSandbox(cfg, p.log); err != nil {
 		return nil, err
 	}
 	if !supervised {
@@ -213,6 +218,7 @@ func (h host) Event(e Event) {
 	if e.To == StateCrashLoopBackoff {
 		p.signal() // calls that fail fast stop waiting
 	}
+	p.eventLog.add(e)
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(e)
 	}
@@ -412,6 +418,9 @@ func (p *Pool) requeue(r actors.Retry) bool {
 	}
 	p.requeued.Add(1) // the call is the pool's while it looks for a lane
 	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, cancellable: r.Ctx.Done() != nil}
+	if d, ok := r.Ctx.Deadline(); ok && p.cfg.Runtime == Process {
+		c.deadline = d.UnixNano()
+	}
 	go func() {
 		if _, err := p.dispatch(r.Ctx, c); err != nil {
 			r.Fail(err)

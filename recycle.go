@@ -1,12 +1,11 @@
 package knit
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
 
 	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/internal/procfs"
 )
 
 // Recycling (Config.MaxCallsPerLane, ProcessConfig.MaxLaneMemory) and retiring (Resize)
@@ -70,30 +69,10 @@ func (p *Pool) checkMemory(l *lane) {
 	if max <= 0 || l.proc == nil || l.state.Load() != laneReady || p.closing.Load() {
 		return
 	}
-	rss, ok := residentBytes(l.proc.pid)
-	if !ok || rss <= max {
+	rss, err := procfs.RSS(l.proc.pid) // /proc/PID/statm: one small read
+	if err != nil || rss <= max {
 		return
 	}
 	l.debug("lane memory over MaxLaneMemory: recycling", zap.Int64("rss", rss), zap.Int64("limit", max))
 	p.tree.Recycle(l.idx, l.inc, fmt.Sprintf("MaxLaneMemory: resident memory %d MiB over the limit of %d MiB", rss>>20, max>>20))
-}
-
-var pageSize = int64(os.Getpagesize())
-
-// residentBytes is process pid's resident set size, from /proc/PID/statm (its second field,
-// in pages): one small read, no parsing of status text.
-func residentBytes(pid int) (int64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
-	if err != nil {
-		return 0, false
-	}
-	f := bytes.Fields(b)
-	if len(f) < 2 {
-		return 0, false
-	}
-	pages, err := strconv.ParseInt(string(f[1]), 10, 64)
-	if err != nil || pages < 0 {
-		return 0, false
-	}
-	return pages * pageSize, true
 }

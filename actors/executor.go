@@ -31,9 +31,12 @@ type Executor struct {
 	// MaxCall bounds an encoded result; a larger one fails its call with
 	// PAYLOAD_TOO_LARGE (process lanes; 0: the arena size).
 	MaxCall int
-	// Context, if set, gives an encoded call its context from its abort bit (-1: none),
-	// and a function to call when the call ends.
-	Context func(abortBit int) (context.Context, func())
+	// Context, if set, gives an encoded call its context from its abort bit (-1: none), its
+	// caller's deadline (Unix nanoseconds, 0: none) and its carried context fields (see
+	// AppendCarried), and a function to call when the call ends.
+	Context func(abortBit int, deadline int64, carried []byte) (context.Context, func())
+	// Carried: every encoded input opens with carried context fields.
+	Carried bool
 	// Panic makes a task panic end Run with the *PanicError (PanicCrashesLane).
 	Panic bool
 
@@ -43,6 +46,7 @@ type Executor struct {
 type work struct {
 	fn, id, gen, abort uint32
 	seq                uint64 // the host's sequence number of the call on this lane
+	deadline           int64  // the caller's deadline, Unix nanoseconds (0: none)
 }
 
 // Run serves calls until the host requests a stop, which it acknowledges after finishing
@@ -84,7 +88,7 @@ func (e *Executor) Run() error {
 			i := req.Next(m)
 			m &^= 1 << i
 			s := req.Slot(i)
-			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq()}
+			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq(), deadline: s.Deadline()}
 			if !e.Local {
 				p, err := req.Payload(i)
 				if err != nil {
@@ -112,7 +116,11 @@ func (e *Executor) Run() error {
 			if e.Local {
 				o = t.RunLocal(w.id, w.gen)
 			} else {
-				out, o = e.runEncoded(t, inputs[k], int(w.abort)-1)
+				var err error
+				out, o, err = e.runEncoded(t, inputs[k], int(w.abort)-1, w.deadline)
+				if err != nil {
+					return err
+				}
 			}
 			if o == Panicked && e.Panic {
 				return e.panicOf(t, w.id, out)
@@ -157,10 +165,17 @@ func (e *Executor) panicOf(t Def, id uint32, out []byte) error {
 }
 
 // runEncoded runs a call of a process lane: decode, run under the call's context, encode.
-func (e *Executor) runEncoded(t Def, in []byte, abortBit int) ([]byte, Outcome) {
+func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([]byte, Outcome, error) {
+	var carried []byte
+	if e.Carried {
+		var err error
+		if carried, in, err = SplitCarried(in); err != nil {
+			return nil, 0, fmt.Errorf("%w: %w", fastpath.ErrCorrupt, err)
+		}
+	}
 	ctx, end := context.Background(), func() {}
 	if e.Context != nil {
-		ctx, end = e.Context(abortBit)
+		ctx, end = e.Context(abortBit, deadline, carried)
 	}
 	out, o := t.RunEncoded(ctx, in, e.scratch[:0])
 	end()
@@ -177,9 +192,9 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int) ([]byte, Outcome) 
 	}
 	if len(out) > limit {
 		msg := fmt.Sprintf("result of %d bytes is over the %d-byte limit", len(out), limit)
-		return EncodeWireError(e.scratch[:0], CodePayloadTooLarge, msg), BadOutput
+		return EncodeWireError(e.scratch[:0], CodePayloadTooLarge, msg), BadOutput, nil
 	}
-	return out, o
+	return out, o, nil
 }
 
 // reserve waits for a return slot and room for n bytes. The host drains results

@@ -30,8 +30,7 @@ const (
 	CodeWorkerUnresponsive Code = "WORKER_UNRESPONSIVE"
 	// CodePoisonCall: a call that was running on two lanes that both died under it; it is
 	// not run a third time.
-	CodePoisonCall       Code = "POISON_CALL"
-	CodeProtocolMismatch Code = "PROTOCOL_MISMATCH"
+	CodePoisonCall Code = "POISON_CALL"
 )
 
 // Error is every failure knit reports. Two Errors match with errors.Is when their codes are
@@ -111,8 +110,3 @@ var (
 )
 
 func sentinel(c Code) *Error { return &Error{Code: c, Lane: -1} }
-
-// Errorf builds an Error.
-func Errorf(code Code, lane int, task string, cause error, format string, args ...any) *Error {
-	return &Error{Code: code, Lane: lane, Task: task, Cause: cause, Message: fmt.Sprintf(format, args...)}
-}

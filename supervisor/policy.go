@@ -242,6 +242,25 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", int(s))
 }
 
+// MarshalText names the state (JSON carries "ready", not 1).
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a state's name, or state(N) for one without a name.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, name := range stateNames {
+		if string(b) == name {
+			*s = State(i)
+			return nil
+		}
+	}
+	var n int
+	if _, err := fmt.Sscanf(string(b), "state(%d)", &n); err != nil {
+		return fmt.Errorf("supervisor: unknown state %q", b)
+	}
+	*s = State(n)
+	return nil
+}
+
 // Event is one lifecycle transition.
 type Event struct {
 	Lane        int // -1 for the pool
