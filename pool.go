@@ -604,7 +604,7 @@ func waitFor(d time.Duration, cs ...<-chan struct{}) bool {
 type LaneStats struct {
 	Lane        int
 	State       State
-	Incarnation int // 0 for the first start, one more per restart
+	Incarnation int // 0 for the first start, then higher with each restart or recycle
 	Restarts    int
 	InFlight    int    // calls on the lane, including its backlog
 	Queued      int    // calls in its backlog
