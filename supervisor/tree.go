@@ -130,6 +130,10 @@ type laneInfo struct {
 	// reason its first event carries.
 	grown bool
 	added string
+	// removal is Resize's request to retire the lane, under mu: left on the lane as well as
+	// sent, because protoactor may hand the message to a lane actor instance that a restart
+	// is about to replace; the next instance finds it here.
+	removal *retireLane
 
 	// next is the pool actor's decision on an incarnation that is over (restarting or dead),
 	// set under mu before it restarts or stops the lane actor, which records the transition:
@@ -506,6 +510,13 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		a.gen = a.ln.gen.Load()
 		if a.gen > 0 { // a restart: it boots once the pool actor lets it, after the backoff
 			a.inc = a.t.newInc(a.ln)
+			a.ln.mu.Lock()
+			r := a.ln.removal
+			a.ln.mu.Unlock()
+			if r != nil { // Resize removes the lane: the request reached the instance before
+				a.retireNow(ctx, r)
+				return
+			}
 			a.mayBoot(ctx)
 			return
 		}
@@ -553,14 +564,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		if m.gen < a.gen {
 			return
 		}
-		a.stop, a.retire, a.hurry = true, m.reason, m.hurry
-		switch {
-		case a.phase == phaseUp:
-			a.beginRetire(ctx)
-		case a.phase == phaseDown, !a.booting:
-			a.phase = phaseDown
-			a.reportStopped(ctx)
-		}
+		a.retireNow(ctx, m)
 	case *ended:
 		if m.w != a.w {
 			return // a recycled incarnation: its end is reported where it retires
@@ -750,6 +754,22 @@ func (a *laneActor) replaced(ctx actor.Context, r *replacement) {
 			root.Send(self, &retired{})
 		}
 	}()
+}
+
+// retireNow carries out Resize's removal of the lane: a serving worker retires, and the
+// actor reports the lane stopped once nothing runs.
+func (a *laneActor) retireNow(ctx actor.Context, m *retireLane) {
+	if a.retire != "" {
+		return // already under way
+	}
+	a.stop, a.retire, a.hurry = true, m.reason, m.hurry
+	switch {
+	case a.phase == phaseUp:
+		a.beginRetire(ctx)
+	case a.phase == phaseDown, !a.booting:
+		a.phase = phaseDown
+		a.reportStopped(ctx)
+	}
 }
 
 // beginRetire removes the lane for Resize: its worker finishes its calls and stops.
@@ -1083,7 +1103,11 @@ func (p *poolActor) resize(ctx actor.Context, m *resizeTree) {
 		}
 		ln.mode, ln.group = removing, nil
 		p.removing++
-		ctx.Send(ln.pid, &retireLane{gen: ln.gen.Load(), reason: reason, hurry: m.hurry})
+		r := &retireLane{gen: ln.gen.Load(), reason: reason, hurry: m.hurry}
+		ln.mu.Lock()
+		ln.removal = r
+		ln.mu.Unlock()
+		ctx.Send(ln.pid, r)
 	}
 	p.shrunk()
 }

@@ -743,3 +743,25 @@ func TestRecycle(t *testing.T) {
 		t.Errorf("lane 1 had %d workers, want 2 (the stale recycle must not start one)", n)
 	}
 }
+
+// A lane waiting out its restart backoff is removed at once: nothing runs there, and it never
+// boots again.
+func TestResizeRemovesLaneInBackoff(t *testing.T) {
+	h := newFakeHost()
+	tr := start(t, 3, Policy{Backoff: Backoff{Min: time.Hour, Max: time.Hour, Jitter: -1}}, h)
+	h.worker(2).finish(crash())
+	h.await(t, 2, 0, Restarting)
+	if err := tr.Resize(2, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := h.transitions(2)
+	if want := []State{Booting, Ready, Crashed, Restarting, Removed}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("lane 2 went %v, want %v", got, want)
+	}
+	if un := tr.Close(); len(un) != 0 {
+		t.Errorf("unacked %v", un)
+	}
+	if n := len(h.workers[2]); n != 1 {
+		t.Errorf("lane 2 had %d workers: it booted again after its removal", n)
+	}
+}
