@@ -17,7 +17,7 @@ func TestAcceptRaisesAbortOfCancelledCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	l := p.lanes[0].Load()
+	l := p.slots[0].cur.Load()
 	for _, cancelled := range []bool{false, true} {
 		done := make(chan struct{})
 		if cancelled {

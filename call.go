@@ -194,8 +194,12 @@ func (p *Pool) Help(c actors.Pender) {
 		p.kickReapers()
 		return
 	}
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil && l.waiters.Load() > 0 {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil && l.waiters.Load() > 0 {
+			l.kickReaper()
+		}
+		if l := s.old.Load(); l != nil && l.waiters.Load() > 0 {
 			l.kickReaper()
 		}
 	}
@@ -238,8 +242,12 @@ const probeEvery = 16
 
 // kickReapers wakes every lane's reaper that idles for want of work.
 func (p *Pool) kickReapers() {
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil {
+			l.kickReaper()
+		}
+		if l := s.old.Load(); l != nil {
 			l.kickReaper()
 		}
 	}
@@ -248,8 +256,12 @@ func (p *Pool) kickReapers() {
 // drainAll settles the results waiting on every process lane's return ring and reports
 // how many there were.
 func (p *Pool) drainAll() (settled int) {
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil && l.reaper {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil && l.reaper {
+			settled += l.drain()
+		}
+		if l := s.old.Load(); l != nil && l.reaper {
 			settled += l.drain()
 		}
 	}

@@ -154,6 +154,12 @@ type Config struct {
 	// costs each task 5 KB and each call two monotonic clock reads (as a MeterProvider that
 	// records does; with both, the reads are shared) and an atomic add. Default: none.
 	LatencyWindow time.Duration
+	// MaxCallsPerLane recycles a lane incarnation once it has taken this many calls (zero:
+	// never), goroutine and process lanes alike: its replacement boots while it serves on
+	// (a process lane's from a spare), takes its place once ready, and then the recycled
+	// incarnation finishes the calls it holds and stops. It is a trigger, not a cap: a lane
+	// takes the calls that reach it while its replacement boots. docs/lifecycle.md.
+	MaxCallsPerLane int
 }
 
 // Restart is a pool's supervision policy (see the supervisor package).
@@ -210,8 +216,11 @@ const (
 	StateRestarting       = supervisor.Restarting
 	StateCrashLoopBackoff = supervisor.CrashLoopBackoff // restarting after Event.Delay, past the restart intensity
 	StateDead             = supervisor.Dead
-	StateFailed           = supervisor.Failed // the pool: no lane is left
-	StateNew              = supervisor.New    // before a lane's first boot
+	StateFailed           = supervisor.Failed    // the pool: no lane is left
+	StateNew              = supervisor.New       // before a lane's first boot
+	StateRecycling        = supervisor.Recycling // a planned replacement (MaxCallsPerLane, MaxLaneMemory); Reason says why
+	StateRetiring         = supervisor.Retiring  // removed by Resize: finishing its calls
+	StateRemoved          = supervisor.Removed   // gone from the pool (Resize)
 )
 
 // PoolFailed is the message Config.Parent receives when the pool has failed.
@@ -259,6 +268,12 @@ type ProcessConfig struct {
 	// before it serves; a layer is off, best effort or required (docs/process-lanes.md,
 	// "Containing untrusted or crashy code").
 	Sandbox Sandbox
+	// MaxLaneMemory recycles a process lane whose resident memory (RSS, of the lane's
+	// process: a Prefix that forks measures the wrapper) is above this many bytes (zero:
+	// never), the way MaxCallsPerLane does. It is sampled from /proc/PID/statm at the
+	// watchdog's tick (Liveness/3, or 1s with the watchdog off), so a lane may grow past it
+	// between two looks: it is a trigger, not a limit.
+	MaxLaneMemory int64
 }
 
 const (

@@ -25,6 +25,7 @@ const (
 	laneReady int32 = iota
 	laneStopping
 	laneEnded
+	laneRetiring // takes no new call, finishes those it holds (recycle.go)
 )
 
 // call is a call waiting in a lane's backlog for a free slot.
@@ -78,6 +79,9 @@ type lane struct {
 	reaped  chan struct{}
 	exitErr error // what the lane's goroutine returned
 
+	calls int           // under mu: calls accepted, for MaxCallsPerLane
+	idle  chan struct{} // a retiring lane's last call has settled (recycle.go)
+
 	proc     *procLane // nil for goroutine lanes
 	started  bool      // the lane's goroutine or process was started: it will end by itself
 	unmapped bool      // under mu: the region is gone
@@ -86,13 +90,14 @@ type lane struct {
 
 func newLane(p *Pool, idx, inc int) *lane {
 	return &lane{
-		p: p, idx: idx, inc: inc, key: int32(inc*len(p.lanes) + idx),
+		p: p, idx: idx, inc: inc, key: laneKey(idx, inc),
 		backlog: make([]call, p.cfg.Backlog),
 		kick:    make(chan struct{}, 1),
 		acked:   make(chan struct{}),
 		ended:   make(chan struct{}),
 		reaped:  make(chan struct{}),
 		space:   make(chan struct{}),
+		idle:    make(chan struct{}, 1),
 	}
 }
 
@@ -223,6 +228,9 @@ func (l *lane) accept(c *call) {
 		c.abort.Store(bit)
 	}
 	l.inflight.Add(1)
+	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
+		l.countCall(max)
+	}
 }
 
 var errLaneGone = errors.New("lane not ready")
@@ -362,7 +370,9 @@ func (l *lane) settle(i int) error {
 		}
 	}
 	// The lane counts as idle before the caller wakes, so a balancer sees it free.
-	l.inflight.Add(-1)
+	if l.inflight.Add(-1) == 0 && l.state.Load() == laneRetiring {
+		l.retireIdle()
+	}
 	if err := l.p.byIndex[fn].SettleResult(l.p.id, l.key, s.Call(), s.Gen(), o, payload, l.proc == nil, s.Seq(), l); err != nil {
 		l.inflight.Add(1)
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
@@ -490,8 +500,12 @@ func (l *lane) linger() (settled bool) {
 	p.spinning.Store(false)
 	// Other reapers stood aside while this one lingered: wake those whose lanes have a
 	// caller waiting (their own kick may have come while the token was taken).
-	for i := range p.lanes {
-		if o := p.lanes[i].Load(); o != nil && o != l && o.waiters.Load() > 0 {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if o := s.cur.Load(); o != nil && o != l && o.waiters.Load() > 0 {
+			o.kickReaper()
+		}
+		if o := s.old.Load(); o != nil && o != l && o.waiters.Load() > 0 {
 			o.kickReaper()
 		}
 	}
@@ -640,9 +654,15 @@ func (l *lane) Ended() <-chan struct{} {
 	return l.ended
 }
 
-// Open implements supervisor.Worker: the lane takes calls from now on.
+// Open implements supervisor.Worker: the lane takes calls from now on. When the
+// incarnation it follows has not ended, this one replaces it in a recycle: the recycled one
+// stays findable (results, aborts, hard timeouts, Close's drain) until it has retired.
 func (l *lane) Open() {
-	l.p.lanes[l.idx].Store(l)
+	s := &l.p.slots[l.idx]
+	if prev := s.cur.Load(); prev != nil && prev != l && !isClosed(prev.ended) {
+		s.old.Store(prev)
+	}
+	s.cur.Store(l)
 	l.p.obs.opened(l)
 	l.p.signal()
 }

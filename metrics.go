@@ -52,10 +52,10 @@ type monitor struct {
 // the pool holds them.
 
 // monLanes is how many lane slots the pool has.
-func (p *Pool) monLanes() int { return len(p.lanes) }
+func (p *Pool) monLanes() int { return p.laneCount() }
 
 // monLane is slot i's current incarnation (nil before its first start).
-func (p *Pool) monLane(i int) *lane { return p.lanes[i].Load() }
+func (p *Pool) monLane(i int) *lane { return p.slots[i].cur.Load() }
 
 // taskObs is one task's share.
 type taskObs struct {

@@ -37,7 +37,8 @@ type Pool struct {
 	laneDebug string
 	id        uint64
 	epoch     time.Time
-	lanes     []atomic.Pointer[lane] // each lane's current incarnation
+	slots     []laneSlot   // maxLanes of them; [0, size) are the pool's lanes (resize.go)
+	size      atomic.Int32 // lanes in use, retiring ones included
 	tree      *supervisor.Tree
 	defs      []actors.Def // the pool's tasks
 	byIndex   []actors.Def // registry index → task, nil for tasks not in the pool
@@ -58,7 +59,10 @@ type Pool struct {
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
 	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
-	spares spares // process lanes started ahead for restarts
+	spares spares      // process lanes started ahead for restarts
+	up     atomic.Bool // the first boot is over: starts may take spares (resize.go)
+
+	resizeMu sync.Mutex // serialises Resize
 
 	stopWatch chan struct{} // closed by Close once the lanes are stopped
 	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
@@ -102,7 +106,11 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	cfg = cfg.withDefaults()
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
-		lanes: make([]atomic.Pointer[lane], cfg.Lanes)}
+		slots: make([]laneSlot, maxLanes)}
+	if cfg.Lanes > maxLanes {
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
+	}
+	p.size.Store(int32(cfg.Lanes))
 	debug := logging.DebugFromEnv()
 	p.root = logging.New(cfg.Logger, debug)
 	switch {
@@ -167,9 +175,10 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.tree = tree
+	p.up.Store(true)
 	if cfg.Runtime == Process {
 		p.refillSpares()
-		if cfg.Liveness > 0 {
+		if cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0 {
 			p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
 			go p.watchdog(p.stopWatch, p.watchDone)
 		}
@@ -272,7 +281,7 @@ func eventLevel(e Event) zapcore.Level {
 		return zapcore.WarnLevel
 	case StateDead, StateFailed, StateCrashLoopBackoff:
 		return zapcore.ErrorLevel
-	case StateRestarting:
+	case StateRestarting, StateRecycling, StateRetiring, StateRemoved:
 		return zapcore.InfoLevel
 	case StateBooting, StateReady:
 		if e.Incarnation > 0 {
@@ -319,13 +328,13 @@ func (p *Pool) closeEvents() {
 
 // pick chooses a ready lane for a call.
 func (p *Pool) pick() *lane {
-	n := len(p.lanes)
+	n := p.laneCount()
 	switch p.cfg.Balancer {
 	case LeastLoaded:
 		return p.leastLoaded()
 	case FirstIdle, FirstIdleOrRandom:
-		for i := range p.lanes {
-			if l := p.lanes[i].Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
+		for i := range n {
+			if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
 				return l
 			}
 		}
@@ -337,7 +346,7 @@ func (p *Pool) pick() *lane {
 		start = int(p.rr.Add(1)) % n
 	}
 	for k := range n {
-		if l := p.lanes[(start+k)%n].Load(); l != nil && l.state.Load() == laneReady {
+		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.state.Load() == laneReady {
 			return l
 		}
 	}
@@ -349,8 +358,8 @@ func (p *Pool) pick() *lane {
 func (p *Pool) leastLoaded() *lane {
 	var best *lane
 	bestLoad := int32(0)
-	for i := range p.lanes {
-		l := p.lanes[i].Load()
+	for i := range p.laneCount() {
+		l := p.slots[i].cur.Load()
 		if l == nil || l.state.Load() != laneReady {
 			continue
 		}
@@ -365,16 +374,20 @@ func (p *Pool) leastLoaded() *lane {
 	return best
 }
 
-// laneByKey is the lane incarnation a record names, if it is still the current one.
+// laneByKey is the lane incarnation a record names, if it is the current one or a recycled
+// one still finishing its calls.
 func (p *Pool) laneByKey(key int32) *lane {
-	if key < 0 {
+	if key < 0 || int(key)%maxLanes >= p.laneCount() {
 		return nil
 	}
-	l := p.lanes[int(key)%len(p.lanes)].Load()
-	if l == nil || l.key != key {
-		return nil
+	s := &p.slots[int(key)%maxLanes]
+	if l := s.cur.Load(); l != nil && l.key == key {
+		return l
 	}
-	return l
+	if l := s.old.Load(); l != nil && l.key == key {
+		return l
+	}
+	return nil
 }
 
 // dispatch hands a call to a lane and returns the lane it went to. With no lane ready (they
@@ -390,6 +403,11 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: e.Message}
 			}
 			changed := p.changes()
+			if p.closing.Load() {
+				// Close may have begun (and stopped every lane) since the check above: its
+				// signal came before this changed, so nothing else would wake us.
+				return nil, errClosed
+			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
 					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(),
@@ -475,8 +493,12 @@ func (p *Pool) idle() bool {
 	if p.requeued.Load() != 0 {
 		return false
 	}
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil && l.inflight.Load() != 0 {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil && l.inflight.Load() != 0 {
+			return false
+		}
+		if l := s.old.Load(); l != nil && l.inflight.Load() != 0 {
 			return false
 		}
 	}
@@ -484,8 +506,12 @@ func (p *Pool) idle() bool {
 }
 
 func (p *Pool) wakeReapers() {
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil {
+			l.wakeReaper()
+		}
+		if l := s.old.Load(); l != nil {
 			l.wakeReaper()
 		}
 	}
@@ -541,8 +567,8 @@ func (p *Pool) Close(ctx context.Context) error {
 
 // stopLanes stops the lanes of an unsupervised pool in reverse order.
 func (p *Pool) stopLanes() (unacked []int) {
-	for i := len(p.lanes) - 1; i >= 0; i-- {
-		if l := p.lanes[i].Load(); l != nil && !l.Stop() {
+	for i := p.laneCount() - 1; i >= 0; i-- {
+		if l := p.slots[i].cur.Load(); l != nil && !l.Stop() {
 			unacked = append(unacked, i)
 		}
 	}
@@ -620,7 +646,7 @@ func waitFor(d time.Duration, cs ...<-chan struct{}) bool {
 type LaneStats struct {
 	Lane        int
 	State       State
-	Incarnation int // 0 for the first start, one more per restart
+	Incarnation int // 0 for the first start, then higher with each restart or recycle
 	Restarts    int
 	InFlight    int    // calls on the lane, including its backlog
 	Queued      int    // calls in its backlog
@@ -633,6 +659,7 @@ type LaneStats struct {
 	TotalCompleted uint64
 	TotalFailed    uint64
 	Crashes        int
+	Recycles       int // planned replacements (MaxCallsPerLane, MaxLaneMemory)
 }
 
 func (l *lane) pid() int {
@@ -658,14 +685,15 @@ type Stats struct {
 func (p *Pool) Stats() Stats {
 	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
 		DroppedEvents: p.dropped.Load(), Spares: p.sparePIDs()}
-	for i := range p.lanes {
+	for i := range p.laneCount() {
 		ls := LaneStats{Lane: i}
 		if p.tree != nil {
 			ls.State, ls.Incarnation, ls.Restarts = p.tree.LaneState(i)
+			ls.Recycles = p.tree.Recycles(i)
 		}
 		// Between a new incarnation's booting and its ready, the lane pointer still names
 		// the old one: its PID and counters are not this incarnation's.
-		if l := p.lanes[i].Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
+		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
 			var st fastpath.StatsSnapshot
 			l.mu.Lock()
 			switch {

@@ -221,9 +221,19 @@ const (
 	Failed
 	New
 	CrashLoopBackoff
+	// Recycling: a planned replacement (Config.MaxCallsPerLane, MaxLaneMemory); the event's
+	// Reason says why. The lane serves on until its next incarnation is ready; then the
+	// recycled incarnation finishes its calls and stops (its later events keep its own
+	// incarnation number).
+	Recycling
+	// Retiring: the lane is being removed (Pool.Resize): it takes no new call, finishes the
+	// ones it holds, then stops.
+	Retiring
+	// Removed: a retired lane is gone from the pool.
+	Removed
 )
 
-var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed", "new", "crash_loop_backoff"}
+var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed", "new", "crash_loop_backoff", "recycling", "retiring", "removed"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {

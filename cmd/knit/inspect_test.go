@@ -51,7 +51,8 @@ func TestInspectOnce(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
-	rows := regexp.MustCompile(`(?m)^\s+[0-2]\s+ready\s+-\s+0\s+0\s+0\s+0\s+\d+\s+0\s+-\s*$`).FindAllString(text, -1)
+	// (Columns after RSS: fields Stats gained later, such as RECYCLES.)
+	rows := regexp.MustCompile(`(?m)^\s+[0-2]\s+ready\s+-\s+0\s+0\s+0\s+0\s+\d+\s+0\s+-(\s+\d+)*\s*$`).FindAllString(text, -1)
 	if len(rows) != 3 {
 		t.Errorf("want 3 lane rows, got %d:\n%s", len(rows), text)
 	}
