@@ -154,6 +154,7 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 		c.slots[c.i] = s
 		c.i++
 		if c.i == c.n {
+			c.i = 0
 			c.pc = tIntent
 		}
 	case tIntent:
@@ -172,12 +173,14 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 		// of its own. Stamps only grow.
 		c.b = m.load(g.stamp(headOwner(c.a, g)))
 		if headTicket(c.b) >= headTicket(c.a) {
+			c.b = 0
 			c.pc = tCAS
 		} else {
 			c.pc = tStampCAS
 		}
 	case tStampCAS:
 		if m.cas(g.stamp(headOwner(c.a, g)), c.b, c.a) {
+			c.b = 0
 			c.pc = tCAS
 		} else {
 			c.pc = tStamp
@@ -193,6 +196,7 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 	case tAbandon:
 		m.store(g.journal(me), 0)
 		c.attempts++
+		c.slots = [maxBatch]uint8{} // dead values: cleared so that equal claims look equal
 		if c.attempts < ticketAttempts {
 			c.pc = tHead
 			return running
@@ -207,6 +211,7 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 		m.store(g.entry(me, int(k)), entryWord(c.seqs[k], s, entryClaimed))
 		c.i++
 		if c.i == c.n {
+			c.i = 0
 			c.pc = tCommit
 		}
 	case tCommit:
@@ -229,6 +234,7 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 			return none
 		}
 		c.take = p
+		c.a = 0
 		c.pc = dLive
 	case dLive:
 		c.live = uint32(m.load(idLive))
@@ -258,6 +264,7 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 		if cand == 0 {
 			cand = pend &^ c.senior
 		}
+		c.i, c.peer, c.senior, c.take = 0, 0, 0, 0
 		if cand == 0 {
 			c.pc = pcIdle
 			return none
@@ -284,9 +291,11 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 			return running
 		}
 		c.i = uint8(me + 1)
+		c.live = 0
 		c.pc = dJuniorLive
 	case dJuniorLive:
 		if int(c.i) >= g.n {
+			c.i = 0
 			c.pc = dTakeH
 			return running
 		}
@@ -314,6 +323,7 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 	case dTakeW:
 		// One snapshot: slots published into the region after it wait for the next claim.
 		c.take = uint32(c.a^m.load(idW)) & g.regionMask(int(c.r))
+		c.a = 0
 		if c.take == 0 {
 			c.pc = dWithdraw
 			return running
@@ -338,6 +348,7 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 		m.store(g.entry(me, int(k)), entryWord(c.seqs[k], s, entryClaimed))
 		c.i++
 		if c.i == c.n {
+			c.i = 0
 			c.pc = dCommit
 		}
 	case dCommit:

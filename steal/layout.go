@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-		"sync/atomic"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/knitgo/knit/fastpath"
@@ -124,8 +124,10 @@ func (c Config) check() error {
 	default:
 		return fmt.Errorf("%w: discipline %v", ErrConfig, c.Discipline)
 	}
-	if _, err := fastpath.RingOver(nil, c.Inline, c.Arena); err != nil && !errors.Is(err, fastpath.ErrLayout) {
-		return err
+	if c.Inline < line || c.Inline > fastpath.MaxInline || c.Inline%line != 0 ||
+		c.Arena < 0 || c.Arena > fastpath.MaxArena || c.Arena%line != 0 {
+		return fmt.Errorf("%w: inline size %d, arena %d (want multiples of 64 up to %d and %d)",
+			ErrConfig, c.Inline, c.Arena, fastpath.MaxInline, fastpath.MaxArena)
 	}
 	return nil
 }
@@ -181,23 +183,23 @@ type geom struct {
 // Word ids: the step machines address shared words by id, so that the model check can run
 // them over a plain array and the real code over the mapping.
 const (
-	idH    = iota // the ring's producer word (host)
-	idW           // the ring's consumer word (consumers flip their bits to retire)
-	idHead        // ticket claim head
-	idTail        // ticket publication tail
-	idLive        // dekker: host-owned mask of live consumers
-	idOrder       // S order cells, S slot sequence numbers, then n stamps, n WANT words, n journal states, n×E entries
+	idH     = iota // the ring's producer word (host)
+	idW            // the ring's consumer word (consumers flip their bits to retire)
+	idHead         // ticket claim head
+	idTail         // ticket publication tail
+	idLive         // dekker: host-owned mask of live consumers
+	idOrder        // S order cells, S slot sequence numbers, then n stamps, n WANT words, n journal states, n×E entries
 )
 
-func (g *geom) order(i int) int    { return idOrder + i }
-func (g *geom) seq(i int) int      { return idOrder + g.S + i }
-func (g *geom) stamp(c int) int    { return idOrder + 2*g.S + c }
-func (g *geom) want(c int) int     { return idOrder + 2*g.S + g.n + c }
-func (g *geom) journal(c int) int  { return idOrder + 2*g.S + 2*g.n + c }
-func (g *geom) entry(c, k int) int { return idOrder + 2*g.S + 3*g.n + c*g.E + k }
-func (g *geom) words() int         { return idOrder + 2*g.S + 3*g.n + g.n*g.E }
-func (g *geom) full() uint32           { return uint32(1<<g.S - 1) }
-func (g *geom) regions() int           { return g.S / g.width }
+func (g *geom) order(i int) int         { return idOrder + i }
+func (g *geom) seq(i int) int           { return idOrder + g.S + i }
+func (g *geom) stamp(c int) int         { return idOrder + 2*g.S + c }
+func (g *geom) want(c int) int          { return idOrder + 2*g.S + g.n + c }
+func (g *geom) journal(c int) int       { return idOrder + 2*g.S + 2*g.n + c }
+func (g *geom) entry(c, k int) int      { return idOrder + 2*g.S + 3*g.n + c*g.E + k }
+func (g *geom) words() int              { return idOrder + 2*g.S + 3*g.n + g.n*g.E }
+func (g *geom) full() uint32            { return uint32(1<<g.S - 1) }
+func (g *geom) regions() int            { return g.S / g.width }
 func (g *geom) regionMask(r int) uint32 { return uint32(1<<g.width-1) << (r * g.width) }
 
 // mem is the shared memory the step machines see: a plain array in the model check
@@ -257,7 +259,7 @@ func (m *mem) load(id int) uint64 {
 	case kind64:
 		return shm.U64(m.b, int(e>>3)).Load()
 	}
-	return m.ring.Slot(int(e >> 2)).Seq()
+	return m.ring.Slot(int(e >> 3)).Seq()
 }
 
 func (m *mem) store(id int, v uint64) {
@@ -278,7 +280,7 @@ func (m *mem) store(id int, v uint64) {
 	case kind64:
 		shm.U64(m.b, int(e>>3)).Store(v)
 	default:
-		m.ring.Slot(int(e >> 2)).SetSeq(v)
+		m.ring.Slot(int(e >> 3)).SetSeq(v)
 	}
 }
 
@@ -361,4 +363,3 @@ func readHeader(b []byte) (header, error) {
 func geomOf(cfg Config) geom {
 	return geom{disc: cfg.Discipline, S: Slots, n: cfg.Consumers, width: cfg.Width, E: maxBatch}
 }
-

@@ -39,11 +39,11 @@ type mcfg struct {
 	width  int
 	S      int // slots in the model ring
 	calls  int // calls the host publishes
-	deaths int // consumers that may die (at any step)
+	victim int // the consumer that may die (at any of its steps), -1 none
 }
 
 func (c mcfg) String() string {
-	return fmt.Sprintf("%v/n=%d/w=%d/S=%d/calls=%d/deaths=%d", c.disc, c.n, c.width, c.S, c.calls, c.deaths)
+	return fmt.Sprintf("%v/n=%d/w=%d/S=%d/calls=%d/victim=%d", c.disc, c.n, c.width, c.S, c.calls, c.victim)
 }
 
 // Consumer phases in the model.
@@ -72,7 +72,6 @@ type mstate struct {
 	recC   int8 // consumer under recovery, -1 none
 	deaths uint8
 	queue  uint16 // calls waiting to be published
-	staged uint8
 	cursor uint8
 	// ghost
 	callOfSeq [2*mMaxP + 2]uint8
@@ -86,8 +85,8 @@ type explorer struct {
 	g       geom
 	seed    maphash.Seed
 	buf     []byte
-	seen    map[uint64]struct{}
-	good    map[uint64]struct{}
+	seen    map[uint64]uint8 // flags: seenState, goodState, onStack
+	spare   []*mstate
 	states  int
 	trans   int
 	maxDeep int
@@ -96,7 +95,7 @@ type explorer struct {
 }
 
 func newExplorer(cfg mcfg) *explorer {
-	e := &explorer{cfg: cfg, seed: maphash.MakeSeed(), seen: map[uint64]struct{}{}, good: map[uint64]struct{}{}}
+	e := &explorer{cfg: cfg, seed: maphash.MakeSeed(), seen: map[uint64]uint8{}}
 	e.g = geom{disc: cfg.disc, S: cfg.S, n: cfg.n, width: cfg.width, E: cfg.width}
 	if e.g.words() > mWords {
 		panic("model too large")
@@ -149,7 +148,7 @@ func (e *explorer) key(s *mstate) uint64 {
 		u64(h.ticket[i])
 	}
 	r := &s.rec
-	b = append(b, r.pc, r.c, r.k, r.n, bool8(r.won), bool8(r.err != nil), byte(s.recC), s.deaths, s.staged, s.cursor)
+	b = append(b, r.pc, r.c, r.k, r.n, bool8(r.won), bool8(r.err != nil), byte(s.recC), s.deaths, s.cursor)
 	u64(r.js)
 	u64(uint64(r.seen)<<32 | uint64(r.mask))
 	for k := range r.n {
@@ -195,19 +194,32 @@ func (mv move) String() string {
 // moves lists the transitions enabled in s.
 func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 	out = out[:0]
+	canDie := func(i int) bool { return deaths && i == e.cfg.victim && !s.c[i].dead }
+	if deaths {
+		// Partial-order reduction: a consumer step that touches only the consumer's own
+		// journal (or nothing shared) commutes with every other actor's step; only the
+		// consumer's own death (and the recovery that follows it) can observe it. Explore
+		// just that step (and that death) here; the other orders reach the same states.
+		for i := range e.cfg.n {
+			if c := &s.c[i]; !c.dead && e.private(c, i) {
+				out = append(out, move{actor: i, what: "step"})
+				if canDie(i) {
+					out = append(out, move{actor: i, what: "die"})
+				}
+				return out
+			}
+		}
+	}
 	if s.recC >= 0 {
 		out = append(out, move{actor: -2, what: "step"})
 	}
-	if s.staged > 0 {
-		out = append(out, move{actor: -1, what: "flush"})
-	}
-	if s.queue != 0 {
-		free := e.free(s)
-		if free != 0 {
-			out = append(out, move{actor: -1, what: "stage", option: 0})
-			if e.g.disc == Dekker && e.g.regions() > 1 {
-				out = append(out, move{actor: -1, what: "stage", option: 1})
-			}
+	if s.queue != 0 && e.free(s) != 0 {
+		out = append(out, move{actor: -1, what: "publish", option: 0})
+		if bits.OnesCount16(s.queue) > 1 && bits.OnesCount32(e.free(s)) > 1 {
+			out = append(out, move{actor: -1, what: "publish", option: 1})
+		}
+		if e.g.disc == Dekker && e.g.regions() > 1 {
+			out = append(out, move{actor: -1, what: "publish", option: 2})
 		}
 	}
 	for i := range e.cfg.n {
@@ -219,14 +231,43 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 		if c.phase == cClaim && c.cl.pc == dJuniorWant {
 			out = append(out, move{actor: i, what: "giveup"})
 		}
-		if deaths && int(s.deaths) < e.cfg.deaths && s.recC < 0 {
+		if canDie(i) {
 			out = append(out, move{actor: i, what: "die"})
 		}
 	}
 	return out
 }
 
-// free is the set of slots the host may publish into: retired ones not staged.
+// private reports whether consumer i's next step accesses no shared word but its own
+// journal: journal stores during a claim, the choice at the end of the Dekker survey, and
+// running calls.
+func (e *explorer) private(c *mcons, i int) bool {
+	switch c.phase {
+	case cRun:
+		return true
+	case cClaim:
+		switch c.cl.pc {
+		case tIntent, tAbandon, tEntry, tCommit, dUncommit, dEntry, dCommit:
+			return true
+		case dSurvey:
+			j := int(c.cl.i)
+			for j < e.cfg.n && (j == i || c.cl.live&(1<<j) == 0) {
+				j++
+			}
+			return j == e.cfg.n
+		}
+	}
+	return false
+}
+
+func (e *explorer) deathMoves(s *mstate) []move {
+	if v := e.cfg.victim; v >= 0 && !s.c[v].dead {
+		return []move{{actor: v, what: "die"}}
+	}
+	return nil
+}
+
+// free is the set of slots the host may publish into.
 func (e *explorer) free(s *mstate) uint32 {
 	return ^(s.h.h ^ uint32(s.w[idW])) & e.g.full()
 }
@@ -242,36 +283,40 @@ func (e *explorer) apply(s *mstate, mv move) {
 	m := e.mem(s)
 	g := &e.g
 	switch {
-	case mv.actor == -1 && mv.what == "flush":
+	case mv.actor == -1:
+		// Publish one call (option 0: the next free slot in fastpath's cyclic order; option
+		// 2: the first free slot of the next region) or a burst of every queued call that
+		// fits (option 1), then flush. Staging and flushing are one transition: staged
+		// words (sequence numbers, order cells) are read before the flush only by a claim
+		// whose head is stale, and its CAS fails whatever it read.
+		for first := true; s.queue != 0 && e.free(s) != 0 && (first || mv.option == 1); first = false {
+			free := e.free(s)
+			slot := -1
+			if mv.option != 2 {
+				for k := range e.cfg.S {
+					if j := (int(s.cursor) + k) % e.cfg.S; free&(1<<j) != 0 {
+						slot = j
+						break
+					}
+				}
+			} else {
+				r := (int(s.cursor)/e.cfg.width + 1) % g.regions()
+				for k := range g.regions() {
+					if f := free & g.regionMask((r+k)%g.regions()); f != 0 {
+						slot = bits.TrailingZeros32(f)
+						break
+					}
+				}
+			}
+			call := bits.TrailingZeros16(s.queue)
+			s.queue &^= 1 << call
+			seq := s.h.lastSeq + 1
+			s.h.stage(m, g, slot, seq)
+			s.callOfSeq[seq] = uint8(call)
+			s.cursor = uint8((slot + 1) % e.cfg.S)
+		}
 		m.store(idH, uint64(s.h.h)) // what fastpath.Producer.Flush stores
 		s.h.flush(m, g)
-		s.staged = 0
-	case mv.actor == -1: // stage
-		free := e.free(s)
-		slot := -1
-		if mv.option == 0 { // fastpath's cyclic order
-			for k := range e.cfg.S {
-				if j := (int(s.cursor) + k) % e.cfg.S; free&(1<<j) != 0 {
-					slot = j
-					break
-				}
-			}
-		} else { // first free slot of the region after the cursor's
-			r := (int(s.cursor)/e.cfg.width + 1) % g.regions()
-			for k := range g.regions() {
-				if f := free & g.regionMask((r+k)%g.regions()); f != 0 {
-					slot = bits.TrailingZeros32(f)
-					break
-				}
-			}
-		}
-		call := bits.TrailingZeros16(s.queue)
-		s.queue &^= 1 << call
-		seq := s.h.lastSeq + 1
-		s.h.stage(m, g, slot, seq)
-		s.callOfSeq[seq] = uint8(call)
-		s.staged++
-		s.cursor = uint8((slot + 1) % e.cfg.S)
 	case mv.actor == -2:
 		c := int(s.rec.c)
 		done := s.rec.step(m, g, &s.h)
@@ -282,6 +327,9 @@ func (e *explorer) apply(s *mstate, mv move) {
 			e.recovered(s, c)
 		}
 	case mv.what == "die":
+		if s.c[mv.actor].dead {
+			return
+		}
 		s.c[mv.actor].dead = true
 		s.deaths++
 		s.recC = int8(mv.actor)
@@ -452,10 +500,11 @@ func (e *explorer) recovered(s *mstate, c int) {
 	}
 	s.recC = -1
 	s.rec = recoverer{}
+	s.c[c] = mcons{dead: true} // it never moves again: forget its stale state
 }
 
 func (e *explorer) terminal(s *mstate) bool {
-	if s.queue != 0 || s.staged != 0 || s.recC >= 0 {
+	if s.queue != 0 || s.recC >= 0 {
 		return false
 	}
 	for i := range e.cfg.n {
@@ -483,16 +532,34 @@ func (e *explorer) checkTerminal(s *mstate) {
 	}
 }
 
+const (
+	seenState = 1 << iota
+	goodState // from here the survivors settle every call
+	onStack
+)
+
+func (e *explorer) alloc() *mstate {
+	if n := len(e.spare); n > 0 {
+		t := e.spare[n-1]
+		e.spare = e.spare[:n-1]
+		return t
+	}
+	return new(mstate)
+}
+
 type frame struct {
 	s     *mstate
+	key   uint64
 	moves []move
 	next  int
+	full  bool // moves is the full set (the reduction was undone)
 }
 
 // explore runs the depth-first search from root.
 func (e *explorer) explore(root *mstate) {
-	e.seen[e.key(root)] = struct{}{}
-	stack := []frame{{s: root, moves: e.moves(root, true, nil)}}
+	rk := e.key(root)
+	e.seen[rk] = seenState | onStack
+	stack := []frame{{s: root, key: rk, moves: e.moves(root, true, nil)}}
 	e.states = 1
 	if !e.progress(root) {
 		return
@@ -500,12 +567,14 @@ func (e *explorer) explore(root *mstate) {
 	for len(stack) > 0 && e.err == nil {
 		f := &stack[len(stack)-1]
 		if f.next == len(f.moves) {
+			e.seen[f.key] &^= onStack
+			e.spare = append(e.spare, f.s)
 			stack = stack[:len(stack)-1]
 			continue
 		}
 		mv := f.moves[f.next]
 		f.next++
-		t := new(mstate)
+		t := e.alloc()
 		*t = *f.s
 		e.apply(t, mv)
 		e.trans++
@@ -514,10 +583,20 @@ func (e *explorer) explore(root *mstate) {
 			return
 		}
 		k := e.key(t)
-		if _, ok := e.seen[k]; ok {
+		flags := e.seen[k]
+		if flags&onStack != 0 && !f.full && len(f.moves) < len(e.moves(f.s, false, nil)) {
+			// Cycle proviso: a reduced state must not close a cycle on the stack with only
+			// its reduced moves; explore it fully instead.
+			f.moves = e.moves(f.s, false, nil)
+			f.moves = append(f.moves, e.deathMoves(f.s)...)
+			f.full, f.next = true, 0
 			continue
 		}
-		e.seen[k] = struct{}{}
+		if flags&seenState != 0 {
+			e.spare = append(e.spare, t)
+			continue
+		}
+		e.seen[k] = flags | seenState | onStack
 		e.states++
 		if e.terminal(t) {
 			e.checkTerminal(t)
@@ -526,7 +605,7 @@ func (e *explorer) explore(root *mstate) {
 			e.path = trace(stack)
 			return
 		}
-		stack = append(stack, frame{s: t, moves: e.moves(t, true, nil)})
+		stack = append(stack, frame{s: t, key: k, moves: e.moves(t, true, nil)})
 		e.maxDeep = max(e.maxDeep, len(stack))
 	}
 }
@@ -552,10 +631,10 @@ func (e *explorer) progress(s *mstate) bool {
 	var mv []move
 	for step := 0; step < limit; step++ {
 		k := e.key(cur)
-		if _, ok := e.good[k]; ok || e.terminal(cur) {
-			e.good[k] = struct{}{}
+		if e.seen[k]&goodState != 0 || e.terminal(cur) {
+			e.seen[k] |= goodState
 			for _, v := range visited {
-				e.good[v] = struct{}{}
+				e.seen[v] |= goodState
 			}
 			return true
 		}
@@ -627,6 +706,8 @@ func joinLines(p []string) string {
 
 func TestModelSmall(t *testing.T) {
 	for _, d := range []Discipline{Ticket, Dekker} {
-		runModel(t, mcfg{disc: d, n: 2, width: 2, S: 4, calls: 2, deaths: 1})
+		for v := range 2 {
+			runModel(t, mcfg{disc: d, n: 2, width: 2, S: 4, calls: 2, victim: v})
+		}
 	}
 }

@@ -5,13 +5,13 @@ import "fmt"
 // host is the producer's private state: what it published where. Recovery trusts it and
 // nothing else; every word it reads from the mapping is checked against it.
 type host struct {
-	h       uint32         // the producer word as last stored (mirrors the fastpath producer)
-	tail    uint64         // tickets published (staged, under Ticket)
-	stored  uint64         // the tail as last stored in the mapping
-	live    uint32         // dekker LIVE mask as last stored
-	lastSeq uint64         // the last sequence number handed out
-	seqOf   [Slots]uint64  // the sequence number of the call each slot holds
-	ticket  [Slots]uint64  // the ticket each slot was published as, under Ticket
+	h       uint32        // the producer word as last stored (mirrors the fastpath producer)
+	tail    uint64        // tickets published (staged, under Ticket)
+	stored  uint64        // the tail as last stored in the mapping
+	live    uint32        // dekker LIVE mask as last stored
+	lastSeq uint64        // the last sequence number handed out
+	seqOf   [Slots]uint64 // the sequence number of the call each slot holds
+	ticket  [Slots]uint64 // the ticket each slot was published as, under Ticket
 }
 
 // stage records slot as published with seq: the sequence number goes into the slot header,
