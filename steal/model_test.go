@@ -87,6 +87,7 @@ type explorer struct {
 	buf     []byte
 	seen    map[uint64]uint8 // flags: seenState, goodState, onStack
 	spare   []*mstate
+	limit   int // stop after this many states (measurements only)
 	states  int
 	trans   int
 	maxDeep int
@@ -597,6 +598,9 @@ func (e *explorer) explore(root *mstate) {
 			continue
 		}
 		e.seen[k] = flags | seenState | onStack
+		if e.limit > 0 && e.states >= e.limit {
+			return
+		}
 		e.states++
 		if e.terminal(t) {
 			e.checkTerminal(t)
