@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"os"
+	"sync/atomic"
 	"testing"
 )
 
@@ -40,10 +42,15 @@ type mcfg struct {
 	S      int // slots in the model ring
 	calls  int // calls the host publishes
 	victim int // the consumer that may die (at any of its steps), -1 none
+	survey bool // dekker: run the real survey instead of choosing any pending region
 }
 
 func (c mcfg) String() string {
-	return fmt.Sprintf("%v/n=%d/w=%d/S=%d/calls=%d/victim=%d", c.disc, c.n, c.width, c.S, c.calls, c.victim)
+	sv := ""
+	if c.disc == Dekker && c.survey {
+		sv = "/survey"
+	}
+	return fmt.Sprintf("%v/n=%d/w=%d/S=%d/calls=%d/victim=%d%s", c.disc, c.n, c.width, c.S, c.calls, c.victim, sv)
 }
 
 // Consumer phases in the model.
@@ -223,12 +230,28 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 			out = append(out, move{actor: -1, what: "publish", option: 2})
 		}
 	}
+	avail := e.available(s)
 	for i := range e.cfg.n {
 		c := &s.c[i]
 		if c.dead {
 			continue
 		}
-		out = append(out, move{actor: i, what: "step"})
+		if c.phase == cIdle && !avail && !canDie(i) {
+			continue
+		}
+		switch {
+		case c.phase == cClaim && c.cl.pc == dLive && !e.cfg.survey:
+			// The survey only steers the choice of a region; the handshake must keep any
+			// choice safe. So instead of surveying the peers' WANT words, the model lets the
+			// claimant pick any pending region (a superset of what a survey can pick).
+			for r := range e.g.regions() {
+				if c.cl.take&e.g.regionMask(r) != 0 {
+					out = append(out, move{actor: i, what: "choose", option: r})
+				}
+			}
+		case c.phase != cIdle || avail:
+			out = append(out, move{actor: i, what: "step"})
+		}
 		if c.phase == cClaim && c.cl.pc == dJuniorWant {
 			out = append(out, move{actor: i, what: "giveup"})
 		}
@@ -237,6 +260,19 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 		}
 	}
 	return out
+}
+
+// available reports whether a claim started now could find anything. When nothing is
+// available, a poll ends with nothing and changes nothing, whatever the other actors do
+// meanwhile: under Dekker, no slot is pending, so the consumer word cannot move before the
+// host publishes; under Ticket, the head cannot move before the host publishes, and a poll
+// that reads the head now and the tail after a publish is the poll started after the
+// publish. So idle consumers start claims only when something is available.
+func (e *explorer) available(s *mstate) bool {
+	if e.g.disc == Dekker {
+		return (s.w[idH]^s.w[idW])&uint64(e.g.full()) != 0
+	}
+	return s.w[idTail] != headTicket(s.w[idHead])
 }
 
 // private reports whether consumer i's next step accesses no shared word but its own
@@ -335,6 +371,12 @@ func (e *explorer) apply(s *mstate, mv move) {
 		s.deaths++
 		s.recC = int8(mv.actor)
 		s.rec.begin(mv.actor)
+	case mv.what == "choose":
+		cl := &s.c[mv.actor].cl
+		cl.live = uint32(m.load(idLive)) // what the dLive step loads
+		cl.r = uint8(mv.option)
+		cl.take = 0
+		cl.pc = dRaise
 	default:
 		e.consumerStep(s, m, mv.actor, mv.what == "giveup")
 	}
@@ -661,15 +703,16 @@ func (e *explorer) progress(s *mstate) bool {
 					break
 				}
 			}
-			if pick < 0 {
-				for j := range e.cfg.n {
-					if i := (rr + j) % e.cfg.n; !cur.c[i].dead {
-						pick = e.index(mv, i)
-						break
-					}
+			for j := 0; pick < 0 && j < e.cfg.n; j++ {
+				if i := (rr + j) % e.cfg.n; !cur.c[i].dead {
+					pick = e.index(mv, i)
 				}
 			}
 			rr++
+		}
+		if pick < 0 {
+			e.fail("deadlock: calls unsettled and no survivor can move")
+			return false
 		}
 		e.apply(cur, mv[pick])
 		if e.err != nil {
@@ -681,12 +724,16 @@ func (e *explorer) progress(s *mstate) bool {
 }
 
 func (e *explorer) index(mv []move, actor int) int {
+	first := -1
 	for j, m := range mv {
 		if m.actor == actor && m.what == "step" {
 			return j
 		}
+		if m.actor == actor && first < 0 && m.what != "die" && m.what != "giveup" {
+			first = j
+		}
 	}
-	return -1
+	return first
 }
 
 func runModel(t *testing.T, cfg mcfg) *explorer {
@@ -708,10 +755,88 @@ func joinLines(p []string) string {
 	return out
 }
 
-func TestModelSmall(t *testing.T) {
-	for _, d := range []Discipline{Ticket, Dekker} {
-		for v := range 2 {
-			runModel(t, mcfg{disc: d, n: 2, width: 2, S: 4, calls: 2, victim: v})
+// EnvModel selects the model check's grid: unset, the quick grid (seconds; also what
+// `go test -race ./...` runs); "full", the CI grid (.ci/run runs it without -race);
+// "extended", the full grid plus the largest spaces (tens of millions of states).
+const EnvModel = "KNIT_MODEL"
+
+// modelGrid lists the configurations to explore. Ticket consumers are symmetric (an id is
+// only a label in the head and stamp words), so one victim covers them all; under Dekker
+// ids are seniority, and every consumer takes its turn as the victim. Batch widths above
+// the number of calls behave as a width equal to it (a ticket claim takes min(available,
+// width)), so they are folded into it. Dekker widths are powers of two (the only valid ones)
+// and each has a spare region when 32 slots allow it.
+func modelGrid(mode string) []mcfg {
+	var grid []mcfg
+	ticket := func(n, calls int, widths ...int) {
+		seen := map[int]bool{}
+		for _, w := range widths {
+			w = min(w, calls)
+			if !seen[w] {
+				seen[w] = true
+				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: 4, calls: calls, victim: 0})
+			}
 		}
 	}
+	dekker := func(n, calls int, survey bool, widths ...int) {
+		for _, w := range widths {
+			regions := n + 1
+			if w*regions > Slots {
+				regions = n
+			}
+			for v := range n {
+				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey})
+			}
+		}
+	}
+	all := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	switch mode {
+	case "":
+		ticket(2, 2, all...)
+		ticket(3, 1, 1)
+		ticket(4, 1, 1)
+		dekker(2, 2, false, 2)
+		dekker(2, 2, true, 1)
+		dekker(3, 1, false, 4)
+	case "full", "extended":
+		ticket(2, 3, all...)
+		ticket(3, 2, all...)
+		ticket(4, 1, all...)
+		dekker(2, 2, false, 1, 2, 4, 8)
+		dekker(2, 2, true, 2, 8)
+		dekker(2, 3, false, 4)
+		dekker(3, 1, false, 1, 2, 4, 8)
+		dekker(3, 1, true, 2)
+		dekker(4, 1, false, 1, 8)
+		if mode == "extended" {
+			ticket(4, 2, all...)
+			dekker(3, 2, false, 2, 8)
+			dekker(4, 1, false, 2, 4)
+			dekker(2, 3, true, 2, 4)
+		}
+	}
+	return grid
+}
+
+// TestModel runs the model check over the grid KNIT_MODEL selects (see docs/stealing.md).
+func TestModel(t *testing.T) {
+	mode := os.Getenv(EnvModel)
+	switch mode {
+	case "", "full", "extended":
+	default:
+		t.Fatalf("%s=%q: want full or extended (or unset)", EnvModel, mode)
+	}
+	grid := modelGrid(mode)
+	var states, trans atomic.Int64
+	t.Run("grid", func(t *testing.T) {
+		for _, cfg := range grid {
+			t.Run(cfg.String(), func(t *testing.T) {
+				t.Parallel()
+				e := runModel(t, cfg)
+				states.Add(int64(e.states))
+				trans.Add(int64(e.trans))
+			})
+		}
+	})
+	t.Logf("model check (%q grid): %d configurations, %d states, %d transitions", mode, len(grid), states.Load(), trans.Load())
 }
