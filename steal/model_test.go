@@ -39,9 +39,9 @@ type mcfg struct {
 	disc   Discipline
 	n      int // consumers
 	width  int
-	S      int // slots in the model ring
-	calls  int // calls the host publishes
-	victim int // the consumer that may die (at any of its steps), -1 none
+	S      int  // slots in the model ring
+	calls  int  // calls the host publishes
+	victim int  // the consumer that may die (at any of its steps), -1 none
 	survey bool // dekker: run the real survey instead of choosing any pending region
 }
 
