@@ -32,7 +32,7 @@ import (
 const (
 	mMaxN  = 4
 	mMaxP  = 8
-	mWords = 112
+	mWords = 128
 )
 
 type mcfg struct {
