@@ -43,12 +43,18 @@ type mcfg struct {
 	calls  int  // calls the host publishes
 	victim int  // the consumer that may die (at any of its steps), -1 none
 	survey bool // dekker: run the real survey instead of choosing any pending region
+	// prefill publishes every call in one burst before anything else moves, so that full
+	// batches form without the host's interleavings multiplying the space.
+	prefill bool
 }
 
 func (c mcfg) String() string {
 	sv := ""
 	if c.disc == Dekker && c.survey {
 		sv = "/survey"
+	}
+	if c.prefill {
+		sv += "/prefill"
 	}
 	return fmt.Sprintf("%v/n=%d/w=%d/S=%d/calls=%d/victim=%d%s", c.disc, c.n, c.width, c.S, c.calls, c.victim, sv)
 }
@@ -120,6 +126,9 @@ func (e *explorer) initial() *mstate {
 	m := e.mem(s)
 	s.h.live = uint32(1<<e.cfg.n - 1)
 	m.store(idLive, uint64(s.h.live))
+	if e.cfg.prefill {
+		e.apply(s, move{actor: -1, what: "publish", option: 1})
+	}
 	return s
 }
 
@@ -768,13 +777,14 @@ const EnvModel = "KNIT_MODEL"
 // and each has a spare region when 32 slots allow it.
 func modelGrid(mode string) []mcfg {
 	var grid []mcfg
+	prefill := false
 	ticket := func(n, calls int, widths ...int) {
 		seen := map[int]bool{}
 		for _, w := range widths {
 			w = min(w, calls)
 			if !seen[w] {
 				seen[w] = true
-				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: 4, calls: calls, victim: 0})
+				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: max(4, calls), calls: calls, victim: 0, prefill: prefill})
 			}
 		}
 	}
@@ -785,9 +795,15 @@ func modelGrid(mode string) []mcfg {
 				regions = n
 			}
 			for v := range n {
-				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey})
+				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey, prefill: prefill})
 			}
 		}
+	}
+	// Runs with every call published up front, so that full batches form (up to 8 calls).
+	prefilled := func(f func()) {
+		prefill = true
+		f()
+		prefill = false
 	}
 	all := []int{1, 2, 3, 4, 5, 6, 7, 8}
 	switch mode {
@@ -799,6 +815,7 @@ func modelGrid(mode string) []mcfg {
 		if !raceEnabled { // the race detector slows the explorer down several times
 			dekker(2, 2, true, 1)
 			dekker(3, 1, false, 4)
+			prefilled(func() { ticket(2, 8, 8); dekker(2, 4, false, 4) })
 		}
 	case "full", "extended":
 		ticket(2, 3, all...)
@@ -810,7 +827,19 @@ func modelGrid(mode string) []mcfg {
 		dekker(3, 1, false, 1, 2, 4, 8)
 		dekker(3, 1, true, 2)
 		dekker(4, 1, false, 1, 8)
+		prefilled(func() {
+			ticket(2, 8, all...)
+			ticket(3, 4, 4)
+			ticket(4, 2, 2)
+			dekker(2, 4, false, 4)
+			dekker(2, 6, false, 8)
+			dekker(3, 2, false, 2)
+		})
 		if mode == "extended" {
+			prefilled(func() {
+				dekker(3, 4, false, 4)
+				dekker(4, 2, false, 4)
+			})
 			ticket(4, 2, all...)
 			dekker(3, 2, false, 2, 8)
 			dekker(4, 1, false, 2, 4)
