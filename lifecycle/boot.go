@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -112,7 +113,10 @@ func Serve(h Hooks) int {
 	if err != nil {
 		return bootFailed(err)
 	}
-	// The mapping stays until the process exits: the host unmaps its side only then.
+	// The mapping stays until the process exits: the host unmaps its side only then. Its
+	// file stays reachable too, or the *os.File's finalizer would close the region's
+	// descriptor under the lane at some garbage collection.
+	defer runtime.KeepAlive(mp)
 	region, err := fastpath.OpenRegion(mp.Bytes())
 	if err != nil {
 		return bootFailed(err)
