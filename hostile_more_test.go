@@ -499,6 +499,7 @@ func TestHostileForgedOwnResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) }) // a failure must not leave lanes to later tests
 	for _, mode := range forgeModes {
 		for _, cancellable := range []bool{false, true} {
 			mark := rec.mark()
