@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -56,6 +55,9 @@ type Boot struct {
 	Debug       string     `json:"debug,omitempty"`
 	PanicCrash  bool       `json:"panic_crash,omitempty"`
 	Beat        int64      `json:"beat_ns,omitempty"` // heartbeat period (0: none)
+	// Limits are what the lane applies to itself before it serves (nil: nothing, as from a
+	// host older than limits).
+	Limits *BootLimits `json:"limits,omitempty"`
 }
 
 // Exit statuses of a lane process.
@@ -88,8 +90,7 @@ func Serve() int {
 			return ExitBoot
 		}
 	}
-	var b Boot
-	bootErr := json.Unmarshal([]byte(os.Getenv(EnvBoot)), &b)
+	b, bootErr := ParseBoot([]byte(os.Getenv(EnvBoot)))
 	root := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
 		time.Unix(0, b.Epoch), logging.ParseDebug(b.Debug))
 	log := root.Named(logging.Lifecycle)
@@ -104,6 +105,9 @@ func Serve() int {
 		log.Error("lane boot failed", zap.Error(err))
 		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
 		return ExitBoot
+	}
+	if err := applyLimits(b.Limits, b.Lane, log); err != nil {
+		return bootFailed(fmt.Errorf("applying its resource limits: %w", err))
 	}
 	mp, err := mapRegion(b)
 	if err != nil {

@@ -30,6 +30,12 @@ type Exit struct {
 	Unresponsive string         // the host killed it: its heartbeat stood still
 	Corrupt      error          // the host killed it: it broke the ring protocol
 	Err          error          // waiting for it failed
+	// What the host knows of the lane's resource limits (ProcessConfig.Limits), all from the
+	// kernel, none from the lane.
+	OOMKills    uint64        // its cgroup's oom_kill count at its end (0 without a cgroup)
+	MemoryLimit int64         // its memory limit, bytes (0: none)
+	CPUTime     time.Duration // user+system CPU time it used (wait4's rusage)
+	CPULimit    time.Duration // its CPU-time limit as applied (RLIMIT_CPU; 0: none)
 }
 
 // Bounds on the lane's text in an error message: lines, bytes per line.
@@ -41,8 +47,11 @@ const (
 // Classify turns an ended lane into its coded error. The first matching rule wins:
 // THREAD_CLOSED after a stop request whatever the status; WORKER_STARTUP_FAILED before
 // ready; WORKER_CRASHED for a hard timeout; WORKER_UNRESPONSIVE for a lane the host killed
-// because its heartbeat stood still; WORKER_CRASHED for a corrupt ring, a signal, a Go panic
-// or fatal error; WORKER_EXITED for any other exit, with its status.
+// because its heartbeat stood still; WORKER_CRASHED for a corrupt ring; WORKER_OUT_OF_MEMORY
+// for a lane the kernel's OOM killer killed in its cgroup (SIGKILL and an oom_kill count) or
+// whose Go runtime died of "out of memory" or "cannot allocate memory"; WORKER_CPU_LIMIT for
+// a lane that used its CPU-time limit up; WORKER_CRASHED for a signal, a Go panic or fatal
+// error; WORKER_EXITED for any other exit, with its status.
 //
 // The message is one line (it goes into log lines as it is): the reason, then — unless the
 // lane was stopped — what the lane printed about it: the Go runtime's failure line, the
@@ -73,6 +82,13 @@ func Classify(x Exit) *Error {
 		e.Code, e.Message = CodeWorkerUnresponsive, "killed by the host: unresponsive: "+x.Unresponsive
 	case x.Corrupt != nil:
 		e.Code, e.Message, e.Cause = CodeWorkerCrashed, "killed by the host: corrupt ring", x.Corrupt
+	case x.Signal == syscall.SIGKILL && x.OOMKills > 0:
+		e.Code, e.Message = CodeWorkerOutOfMemory, "killed by the kernel's out-of-memory killer in its cgroup"+x.memoryLimit()+" ("+how+")"
+	case x.Status == 2 && outOfMemory(failure):
+		e.Code, e.Message = CodeWorkerOutOfMemory, failure+x.memoryLimit()+" ("+how+")"
+	case x.CPULimit > 0 && x.CPUTime >= x.CPULimit:
+		e.Code, e.Message = CodeWorkerCPULimit, fmt.Sprintf("used up its CPU time limit of %v (%v used; %s)",
+			x.CPULimit, x.CPUTime.Round(time.Millisecond), how)
 	case x.Signal != 0:
 		e.Code, e.Message = CodeWorkerCrashed, how
 	case x.Status == 2 && failure != "":
@@ -103,6 +119,14 @@ func Classify(x Exit) *Error {
 		e.Message += " | " + strings.Join(lines, " | ")
 	}
 	return e
+}
+
+// memoryLimit names the lane's memory limit in a message, if it had one.
+func (x Exit) memoryLimit() string {
+	if x.MemoryLimit <= 0 {
+		return ""
+	}
+	return ", memory limit " + mib(x.MemoryLimit)
 }
 
 func (x Exit) how() string {
