@@ -222,6 +222,10 @@ type ProcessConfig struct {
 	// waiting for a boot record — so that a restart skips process start-up (default 1;
 	// negative: none). A spare is started once the pool is up and after each one is taken.
 	Spares int
+	// Limits bound each lane process's memory, CPU time, CPU bandwidth, open files and
+	// processes, in a cgroup of its own where the host can make one (see Limits). The zero
+	// value limits nothing; core dumps are off unless Limits.CoreDumps is set.
+	Limits Limits
 }
 
 const (

@@ -55,6 +55,8 @@ const (
 	CodeStartupFailed   = lifecycle.CodeStartupFailed
 	CodeUnresponsive    = lifecycle.CodeWorkerUnresponsive
 	CodePoisonCall      = lifecycle.CodePoisonCall
+	CodeOutOfMemory     = lifecycle.CodeWorkerOutOfMemory // a lane ran out of memory (ProcessConfig.Limits)
+	CodeCPULimit        = lifecycle.CodeWorkerCPULimit    // a lane used up its CPU time (ProcessConfig.Limits)
 )
 
 // Sentinels for errors.Is.
@@ -73,6 +75,8 @@ var (
 	ErrWorkerStartupFailed = lifecycle.ErrStartupFailed
 	ErrWorkerUnresponsive  = lifecycle.ErrUnresponsive
 	ErrPoisonCall          = lifecycle.ErrPoisonCall
+	ErrWorkerOutOfMemory   = lifecycle.ErrOutOfMemory
+	ErrWorkerCPULimit      = lifecycle.ErrCPULimit
 )
 
 // PanicError is the Cause of a TASK_PANIC error: the panic value (its text, from a process

@@ -71,6 +71,8 @@ type Pool struct {
 	closeOnce sync.Once
 	closeDone chan struct{}
 	closeErr  error
+
+	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 }
 
 var poolIDs atomic.Uint64
@@ -125,11 +127,17 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if err := checkPortable(cfg, p.defs); err != nil {
 		return nil, err
 	}
+	if cfg.Runtime == Process {
+		if err := p.openLimits(); err != nil {
+			return nil, err
+		}
+	}
 	if !supervised {
 		for i := range cfg.Lanes {
 			w, err := host{p}.StartLane(i, 0)
 			if err != nil {
 				p.stopLanes()
+				p.closeLimits()
 				return nil, err
 			}
 			w.Open()
@@ -145,6 +153,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if err != nil {
 		p.closing.Store(true)
 		p.closeEvents()
+		p.closeLimits()
 		return nil, err
 	}
 	p.tree = tree
@@ -475,6 +484,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			<-p.watchDone
 		}
 		p.closeSpares()
+		p.closeLimits()
 		p.closeEvents()
 		if len(unacked) > 0 {
 			what := "abandoned"
@@ -593,12 +603,16 @@ type Stats struct {
 	Failed        bool   // the supervisor gave up every lane
 	DroppedEvents uint64 // events that found Events() full
 	Spares        []int  // process IDs of the spare lane processes waiting for a restart
+	// Limits is what enforces ProcessConfig.Limits: a cgroup per lane process (v1 or v2),
+	// or rlimits only; "" for goroutine lanes.
+	Limits LimitMechanism
 }
 
 // Stats returns a snapshot of the pool's lanes.
 func (p *Pool) Stats() Stats {
 	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
 		DroppedEvents: p.dropped.Load(), Spares: p.sparePIDs()}
+	s.Limits = p.limits.mechanism
 	for i := range p.lanes {
 		ls := LaneStats{Lane: i}
 		if p.tree != nil {

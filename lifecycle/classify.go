@@ -86,7 +86,7 @@ func Classify(x Exit) *Error {
 		e.Code, e.Message = CodeWorkerOutOfMemory, "killed by the kernel's out-of-memory killer in its cgroup"+x.memoryLimit()+" ("+how+")"
 	case x.Status == 2 && outOfMemory(failure):
 		e.Code, e.Message = CodeWorkerOutOfMemory, failure+x.memoryLimit()+" ("+how+")"
-	case x.CPULimit > 0 && x.CPUTime >= x.CPULimit:
+	case x.cpuLimitReached():
 		e.Code, e.Message = CodeWorkerCPULimit, fmt.Sprintf("used up its CPU time limit of %v (%v used; %s)",
 			x.CPULimit, x.CPUTime.Round(time.Millisecond), how)
 	case x.Signal != 0:
@@ -119,6 +119,18 @@ func Classify(x Exit) *Error {
 		e.Message += " | " + strings.Join(lines, " | ")
 	}
 	return e
+}
+
+// cpuLimitReached reports whether the kernel ended the lane for its CPU-time limit: it was
+// killed (SIGKILL at the hard limit, or by itself on SIGXCPU at the soft one; SIGXCPU if it
+// had not asked for it) having used the limit, within a tenth (100 ms at least): wait4's
+// user and system times are sampled, and can fall short of the exact runtime the kernel
+// checks the limit against.
+func (x Exit) cpuLimitReached() bool {
+	if x.CPULimit <= 0 || (x.Signal != syscall.SIGKILL && x.Signal != syscall.SIGXCPU) {
+		return false
+	}
+	return x.CPUTime >= x.CPULimit-max(x.CPULimit/10, 100*time.Millisecond)
 }
 
 // memoryLimit names the lane's memory limit in a message, if it had one.

@@ -202,12 +202,12 @@ type Group struct {
 	tree *Tree
 	name string
 
-	v1     cgroup1.Cgroup
-	path1  cgroup1.Path
-	v2     *cgroup2.Manager
-	dir    string // v2: the directory
-	once   sync.Once
-	remErr error
+	v1      cgroup1.Cgroup
+	path1   cgroup1.Path
+	v2      *cgroup2.Manager
+	dir     string // v2: the directory
+	mu      sync.Mutex
+	removed bool
 }
 
 // New creates a cgroup, with the tree's limits, for one lane process.
@@ -448,15 +448,22 @@ func (g *Group) freezeV1() (thaw func()) {
 	return func() { _ = os.WriteFile(state, []byte("THAWED"), 0) }
 }
 
-// Remove kills what is left in the group and removes its directory. It is idempotent.
+// Remove kills what is left in the group and removes its directory. Once it has succeeded
+// it does nothing; until then the tree's Close tries again.
 func (g *Group) Remove() error {
-	g.once.Do(func() {
-		g.remErr = g.remove()
-		g.tree.mu.Lock()
-		delete(g.tree.groups, g)
-		g.tree.mu.Unlock()
-	})
-	return g.remErr
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.removed {
+		return nil
+	}
+	if err := g.remove(); err != nil {
+		return err
+	}
+	g.removed = true
+	g.tree.mu.Lock()
+	delete(g.tree.groups, g)
+	g.tree.mu.Unlock()
+	return nil
 }
 
 func (g *Group) remove() error {

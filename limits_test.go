@@ -1,0 +1,291 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/knitgo/knit"
+)
+
+// Tasks for the limits tests (the test binary is the lane binary).
+var (
+	// hoardMem allocates without bound, touching every page, and keeps all of it.
+	hoardMem = knit.Define("test.limits.hoard", func(ctx context.Context, _ int) (int, error) {
+		var hoard [][]byte
+		for ctx.Err() == nil {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			hoard = append(hoard, b)
+		}
+		return len(hoard), ctx.Err()
+	})
+	// openFiles opens /dev/null n times, and closes them all before it returns.
+	openFiles = knit.Define("test.limits.files", func(_ context.Context, n int) (int, error) {
+		var files []*os.File
+		defer func() {
+			for _, f := range files {
+				f.Close()
+			}
+		}()
+		for i := range n {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				return i, err
+			}
+			files = append(files, f)
+		}
+		return n, nil
+	})
+	// burnCPU computes until its call is cancelled.
+	burnCPU = knit.Define("test.limits.burn", func(ctx context.Context, _ int) (int, error) {
+		x := 0
+		for ctx.Err() == nil {
+			for i := range 1 << 20 {
+				x ^= i
+			}
+		}
+		return x, nil
+	})
+	// startSetsid starts `sleep 1000` in a session of its own (setsid): out of the lane's
+	// process group, so that killing the group misses it. It returns the child's pid.
+	startSetsid = knit.Define("test.limits.setsid", func(context.Context, int) (int, error) {
+		cmd := exec.Command("sleep", "1000")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	limitTasks = []knit.Definition{add, hoardMem, openFiles, burnCPU, startSetsid, exit3}
+)
+
+// newLimitsPool starts a pool of process lanes with limits, or skips the test, saying why,
+// when it asks for cgroups this machine cannot give.
+func newLimitsPool(t *testing.T, lanes int, l knit.Limits) *knit.Pool {
+	t.Helper()
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: lanes, Logger: quiet(),
+		Process: knit.ProcessConfig{Limits: l}}, limitTasks...)
+	if err != nil && l.Cgroup == knit.CgroupRequired && strings.Contains(err.Error(), "cgroups unavailable") {
+		t.Skipf("this machine gives no cgroups: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+// serving calls add until stop is closed and returns how many calls succeeded, or the first
+// error: the other lanes, and the host, must serve on while one lane dies.
+func serving(p *knit.Pool, stop <-chan struct{}) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				if n == 0 {
+					done <- errors.New("no call was made")
+				}
+				close(done)
+				return
+			default:
+			}
+			if sum, err := add.Call(context.Background(), p, [2]int64{int64(n), 1}); err != nil || sum != int64(n)+1 {
+				done <- fmt.Errorf("call %d: %d, %v", n, sum, err)
+				return
+			}
+			n++
+		}
+	}()
+	return done
+}
+
+// testOutOfMemory: a task allocating without bound on a lane limited to 256 MiB ends its lane
+// WORKER_OUT_OF_MEMORY while the other lane and the host keep serving.
+func testOutOfMemory(t *testing.T, l knit.Limits, mechanisms ...knit.LimitMechanism) {
+	p := newLimitsPool(t, 2, l)
+	if got := p.Stats().Limits; !slices.Contains(mechanisms, got) {
+		t.Fatalf("Stats().Limits = %q, want one of %q", got, mechanisms)
+	}
+	stop := make(chan struct{})
+	others := serving(p, stop)
+	_, err := hoardMem.Call(context.Background(), p, 0)
+	close(stop)
+	if !errors.Is(err, knit.ErrWorkerOutOfMemory) || !strings.Contains(err.Error(), "memory limit 256 MiB") {
+		t.Fatalf("hoarding under a 256 MiB limit: %v, want WORKER_OUT_OF_MEMORY", err)
+	}
+	if err := <-others; err != nil {
+		t.Fatalf("the other calls while a lane ran out of memory: %v", err)
+	}
+	if sum, err := add.Call(context.Background(), p, [2]int64{20, 22}); err != nil || sum != 42 {
+		t.Fatalf("after the lane ran out of memory: %d, %v", sum, err)
+	}
+}
+
+func TestLimitsOutOfMemoryRlimit(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory does not fit a 256 MiB data limit (RLIMIT_DATA counts it): " +
+			".ci/run runs the limits tests without -race too")
+	}
+	testOutOfMemory(t, knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupOff}, knit.LimitsRlimits)
+}
+
+func TestLimitsOutOfMemoryCgroup(t *testing.T) {
+	testOutOfMemory(t, knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupRequired}, knit.LimitsCgroupV1, knit.LimitsCgroupV2)
+}
+
+// TestLimitsOpenFiles: a task opening files past the limit gets EMFILE as its own error; the
+// lane serves on.
+func TestLimitsOpenFiles(t *testing.T) {
+	p := newLimitsPool(t, 1, knit.Limits{OpenFiles: 64, Cgroup: knit.CgroupOff})
+	n, err := openFiles.Call(context.Background(), p, 100)
+	if !errors.Is(err, knit.ErrTaskError) || !strings.Contains(err.Error(), syscall.EMFILE.Error()) {
+		t.Fatalf("opening 100 files under a limit of 64: %d, %v; want TASK_ERROR %q", n, err, syscall.EMFILE.Error())
+	}
+	if n, err := openFiles.Call(context.Background(), p, 20); err != nil || n != 20 {
+		t.Fatalf("20 files after that: %d, %v", n, err)
+	}
+	if ls := p.Stats().Lanes[0]; ls.Restarts != 0 || ls.Incarnation != 0 {
+		t.Fatalf("the lane was restarted: %+v", ls)
+	}
+}
+
+// TestLimitsCPUTime: a lane that uses up its CPU time ends WORKER_CPU_LIMIT; the others
+// serve on.
+func TestLimitsCPUTime(t *testing.T) {
+	p := newLimitsPool(t, 2, knit.Limits{CPUTime: time.Second, Cgroup: knit.CgroupOff})
+	stop := make(chan struct{})
+	others := serving(p, stop)
+	_, err := burnCPU.Call(context.Background(), p, 0)
+	close(stop)
+	if !errors.Is(err, knit.ErrWorkerCPULimit) || !strings.Contains(err.Error(), "CPU time limit of 1s") {
+		t.Fatalf("burning CPU under a 1 s limit: %v, want WORKER_CPU_LIMIT", err)
+	}
+	if err := <-others; err != nil {
+		t.Fatalf("the other calls while a lane used up its CPU time: %v", err)
+	}
+}
+
+// waitGone waits for process pid to end: a pidfd becomes readable when it does.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(pidfd)
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 60_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("setsid child %d outlived %s (poll %d, %v)", pid, what, n, err)
+		}
+		return
+	}
+}
+
+// TestLimitsDescendantsDie: a child a task started in a session of its own dies with its
+// lane's cgroup, when the lane dies and when the pool closes.
+func TestLimitsDescendantsDie(t *testing.T) {
+	for _, end := range []string{"its lane's exit", "Close"} {
+		t.Run(end, func(t *testing.T) {
+			p := newLimitsPool(t, 1, knit.Limits{Cgroup: knit.CgroupRequired})
+			pid, err := startSetsid.Call(context.Background(), p, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Kill(pid, syscall.SIGKILL) // should the test fail
+			if sid, err := unix.Getsid(pid); err != nil || sid != pid {
+				t.Fatalf("the child is not in a session of its own: sid %d, %v", sid, err)
+			}
+			if end == "Close" {
+				if err := p.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := exit3.Call(context.Background(), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+				t.Fatalf("exit(3): %v", err)
+			}
+			waitGone(t, pid, end)
+		})
+	}
+}
+
+// knitCgroups lists this process's knit-<pid>-* cgroup directories, in every hierarchy.
+func knitCgroups(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, root := range []string{"/sys/fs/cgroup/*", "/sys/fs/cgroup"} {
+			dirs, _ := filepath.Glob(filepath.Join(root, parts[2], fmt.Sprintf("knit-%d-*", os.Getpid())))
+			for _, d := range dirs {
+				if !seen[d] {
+					seen[d] = true
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestLimitsCgroupsRemoved: a lane's cgroup goes when it ends, and the pool's at Close,
+// restarts and spares included.
+func TestLimitsCgroupsRemoved(t *testing.T) {
+	p := newLimitsPool(t, 2, knit.Limits{Memory: 512 << 20, Processes: 200, CPUs: 1, Cgroup: knit.CgroupRequired})
+	if len(knitCgroups(t)) == 0 {
+		t.Fatal("no knit cgroup directory while the pool runs")
+	}
+	for range 3 { // three lane processes end and are replaced (from spares)
+		if _, err := exit3.Call(context.Background(), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+			t.Fatalf("exit(3): %v", err)
+		}
+	}
+	if sum, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || sum != 3 {
+		t.Fatalf("after the restarts: %d, %v", sum, err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left := knitCgroups(t); len(left) > 0 {
+		t.Fatalf("cgroup directories left after Close: %v", left)
+	}
+}
+
+// TestLimitsRefused: limits that cannot mean anything fail NewPool.
+func TestLimitsRefused(t *testing.T) {
+	for _, l := range []knit.Limits{{Memory: -1}, {CPUTime: -time.Second}, {CPUs: -1}, {CPUs: 0.001}, {OpenFiles: -1}, {Processes: -2}, {Cgroup: 7}} {
+		_, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Process: knit.ProcessConfig{Limits: l}}, add)
+		if !errors.Is(err, knit.ErrPoolUnavailable) || !strings.Contains(err.Error(), "Limits") {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+}
