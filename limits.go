@@ -74,6 +74,18 @@ const (
 	CgroupRequired
 )
 
+func (m CgroupMode) String() string {
+	switch m {
+	case CgroupAuto:
+		return "auto"
+	case CgroupOff:
+		return "off"
+	case CgroupRequired:
+		return "required"
+	}
+	return fmt.Sprintf("CgroupMode(%d)", int(m))
+}
+
 // LimitMechanism names what enforces a pool's limits (Stats.Limits).
 type LimitMechanism string
 

@@ -7,7 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,7 +72,12 @@ var (
 		}
 		return cmd.Process.Pid, nil
 	})
-	limitTasks = []knit.Definition{add, hoardMem, openFiles, burnCPU, startSetsid, exit3}
+	// laneLimits returns the lane's /proc/self/limits and its Go memory limit.
+	laneLimits = knit.Define("test.limits.show", func(context.Context, int) ([]string, error) {
+		b, err := os.ReadFile("/proc/self/limits")
+		return []string{string(b), strconv.FormatInt(debug.SetMemoryLimit(-1), 10)}, err
+	})
+	limitTasks = []knit.Definition{add, hoardMem, openFiles, burnCPU, startSetsid, exit3, laneLimits}
 )
 
 // newLimitsPool starts a pool of process lanes with limits, or skips the test, saying why,
@@ -288,4 +296,68 @@ func TestLimitsRefused(t *testing.T) {
 			t.Errorf("%+v: %v", l, err)
 		}
 	}
+}
+
+// TestLimitsApplied: a lane applies its limits to itself before it serves, a lane started
+// directly and one made from a spare alike; where a cgroup enforces memory and processes,
+// it leaves them to the cgroup.
+func TestLimitsApplied(t *testing.T) {
+	limit := func(limits, name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + `\s+(\S+)\s+(\S+)`).FindStringSubmatch(limits)
+		if m == nil {
+			t.Fatalf("no %q in %s", name, limits)
+		}
+		return m[1] + " " + m[2]
+	}
+	for _, mode := range []knit.CgroupMode{knit.CgroupOff, knit.CgroupRequired} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			l := knit.Limits{CPUTime: 89500 * time.Millisecond, OpenFiles: 128, Processes: 5000, Cgroup: mode}
+			if mode == knit.CgroupRequired || !raceEnabled { // race-built lanes do not fit RLIMIT_DATA
+				l.Memory = 512 << 20
+			}
+			p := newLimitsPool(t, 1, l)
+			for i, how := range []string{"started directly", "from a spare"} {
+				if i == 1 {
+					if _, err := exit3.Call(context.Background(), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+						t.Fatalf("exit(3): %v", err)
+					}
+				}
+				got, err := laneLimits.Call(context.Background(), p, 0)
+				if err != nil {
+					t.Fatalf("%s: %v", how, err)
+				}
+				want := map[string]string{
+					"Max cpu time":       "90 91",
+					"Max open files":     "128 128",
+					"Max core file size": "0 0",
+					"Max data size":      "536870912 536870912",
+					"Max processes":      "5000 5000",
+				}
+				if l.Memory == 0 {
+					delete(want, "Max data size")
+				}
+				if mode == knit.CgroupRequired { // the cgroup's memory.max and pids.max instead
+					want["Max data size"] = limit(readLimits(t), "Max data size")
+					want["Max processes"] = limit(readLimits(t), "Max processes")
+				}
+				for name, w := range want {
+					if g := limit(got[0], name); g != w {
+						t.Errorf("%s: %s: %q, want %q", how, name, g, w)
+					}
+				}
+				if l.Memory > 0 && got[1] != "469762048" { // 512 MiB less an eighth
+					t.Errorf("%s: Go memory limit %s, want 448 MiB", how, got[1])
+				}
+			}
+		})
+	}
+}
+
+// readLimits is the host's own /proc/self/limits.
+func readLimits(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
