@@ -144,6 +144,7 @@ func (p *Pool) openLimits() error {
 	pl := &p.limits
 	pl.mechanism, pl.memory = LimitsRlimits, l.Memory
 	if l.Cgroup == CgroupRequired || (l.Cgroup == CgroupAuto && !l.zero()) {
+		p.sweepCgroups()
 		name := fmt.Sprintf("knit-%d-%d", os.Getpid(), p.id)
 		tree, err := cgroup.Open(name, cgroup.Options{Parent: l.CgroupParent}, cgroup.Limits{
 			Memory: l.Memory, Pids: int64(l.Processes), CPUQuota: int64(l.CPUs * cpuPeriod), CPUPeriod: cpuPeriod,
@@ -178,6 +179,17 @@ func (p *Pool) openLimits() error {
 	}
 	pl.boot = b
 	return nil
+}
+
+// sweepCgroups removes the cgroups that dead hosts left (see cgroup.Sweep).
+func (p *Pool) sweepCgroups() {
+	removed, err := cgroup.Sweep(cgroup.Options{Parent: p.cfg.Process.Limits.CgroupParent})
+	if len(removed) > 0 {
+		p.log.Info("removed the cgroups of dead hosts", zap.Strings("cgroups", removed))
+	}
+	if err != nil {
+		p.log.Debug("sweeping the cgroups of dead hosts", zap.Error(err))
+	}
 }
 
 // closeLimits removes the pool's cgroups, killing whatever still runs in them.

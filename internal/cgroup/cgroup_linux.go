@@ -8,6 +8,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -501,4 +503,161 @@ func (t *Tree) Close() error {
 		errs = append(errs, t.pool1.Delete())
 	}
 	return errors.Join(errs...)
+}
+
+// poolName matches the directories knit pools make: knit-<host pid>-<pool>.
+var poolName = regexp.MustCompile(`^knit-([0-9]+)-[0-9]+$`)
+
+// Sweep removes the pool directories (knit-<pid>-<pool>) that hosts which have died left
+// under the parent where Open would create one, killing whatever still runs in them, and
+// returns their paths. A host killed with SIGKILL cannot remove its own; its lanes died with
+// it (Pdeathsig), but a descendant that left their process groups may still run there. It
+// only touches directories named so whose pid names no living process.
+func Sweep(opts Options) ([]string, error) {
+	t := &Tree{groups: map[*Group]bool{}}
+	mode := cgroups.Mode()
+	t.version = opts.Version
+	if t.version == Auto {
+		switch mode {
+		case cgroups.Unified:
+			t.version = V2
+		case cgroups.Legacy, cgroups.Hybrid:
+			t.version = V1
+		default:
+			return nil, nil
+		}
+	}
+	// The parent directory, in each hierarchy.
+	var parents []string
+	if t.version == V2 {
+		t.mount = opts.Mount
+		if t.mount == "" {
+			t.mount = "/sys/fs/cgroup"
+			if mode == cgroups.Hybrid {
+				t.mount = "/sys/fs/cgroup/unified"
+			}
+		}
+		parent := opts.Parent
+		if parent == "" {
+			own, err := ownV2()
+			if err != nil {
+				return nil, nil
+			}
+			parent = own
+		}
+		parents = append(parents, filepath.Join(t.mount, parent))
+	} else {
+		all, err := cgroup1.Default()
+		if err != nil {
+			return nil, nil
+		}
+		var subs []cgroup1.Subsystem
+		for _, s := range all {
+			if v1Wanted[s.Name()] {
+				subs = append(subs, s)
+			}
+		}
+		t.hier = func() ([]cgroup1.Subsystem, error) { return subs, nil }
+		t.path1 = cgroup1.NestedPath("")
+		if opts.Parent != "" {
+			t.path1 = cgroup1.StaticPath(path.Join("/", opts.Parent))
+		}
+		for _, s := range subs {
+			if d, err := dirV1(t.hier, t.path1, s.Name()); err == nil {
+				parents = append(parents, d)
+			}
+		}
+	}
+	dead := map[string]bool{}
+	var names []string
+	for _, dir := range parents {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			m := poolName.FindStringSubmatch(e.Name())
+			if m == nil || !e.IsDir() || dead[e.Name()] {
+				continue
+			}
+			pid, err := strconv.Atoi(m[1])
+			if err != nil || pid == os.Getpid() || unix.Kill(pid, 0) != unix.ESRCH {
+				continue
+			}
+			dead[e.Name()] = true
+			names = append(names, e.Name())
+		}
+	}
+	var removed []string
+	var errs []error
+	for _, name := range names {
+		if err := t.sweepPool(name, parents); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, dir := range parents {
+			removed = append(removed, filepath.Join(dir, name))
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// sweepPool removes a dead host's pool directory: every lane group in it (killed and
+// removed like the host's own Group.Remove), then the directory.
+func (t *Tree) sweepPool(name string, parents []string) error {
+	lanes := map[string]bool{}
+	for _, dir := range parents {
+		entries, _ := os.ReadDir(filepath.Join(dir, name))
+		for _, e := range entries {
+			if e.IsDir() {
+				lanes[e.Name()] = true
+			}
+		}
+	}
+	var errs []error
+	if t.version == V2 {
+		t.dir2 = filepath.Join(parents[0], name)
+		group := strings.TrimPrefix(t.dir2, t.mount)
+		for lane := range lanes {
+			m, err := cgroup2.Load(path.Join(group, lane), cgroup2.WithMountpoint(t.mount))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			g := &Group{tree: t, name: lane, v2: m, dir: filepath.Join(t.dir2, lane)}
+			errs = append(errs, g.remove())
+		}
+		m, err := cgroup2.Load(group, cgroup2.WithMountpoint(t.mount))
+		if err == nil {
+			err = m.Delete()
+		}
+		return errors.Join(append(errs, err)...)
+	}
+	parent := t.path1
+	pool := func(n cgroup1.Name) (string, error) {
+		p, err := parent(n)
+		return path.Join(p, name), err
+	}
+	for lane := range lanes {
+		lp := func(n cgroup1.Name) (string, error) {
+			p, err := pool(n)
+			return path.Join(p, lane), err
+		}
+		c, err := cgroup1.Load(lp, cgroup1.WithHierarchy(t.hier))
+		if err != nil {
+			if !errors.Is(err, cgroup1.ErrCgroupDeleted) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		g := &Group{tree: t, name: lane, v1: c, path1: lp}
+		errs = append(errs, g.remove())
+	}
+	c, err := cgroup1.Load(pool, cgroup1.WithHierarchy(t.hier))
+	if err == nil {
+		err = c.Delete()
+	} else if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		err = nil
+	}
+	return errors.Join(append(errs, err)...)
 }

@@ -259,3 +259,62 @@ func TestParseKV(t *testing.T) {
 		t.Fatalf("v1 oom_control: %d %v", n, ok)
 	}
 }
+
+// deadPid is the pid of a process that has ended and been reaped.
+func deadPid(t *testing.T) int {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestSweep: the pool directory of a host that died, with a process still in it, goes at the
+// next Sweep; this living host's stays.
+func TestSweep(t *testing.T) {
+	for _, v := range []Version{V1, V2} {
+		t.Run(v.String(), func(t *testing.T) {
+			dead, err := Open(fmt.Sprintf("knit-%d-1", deadPid(t)), Options{Version: v}, Limits{})
+			if errors.Is(err, ErrUnavailable) {
+				t.Skipf("%v unavailable: %v", v, err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = dead.Close() }) // should the sweep fail
+			g, err := dead.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, line := start(t, g, "setsid sleep 1000 & echo $!; wait")
+			pid, _ := strconv.Atoi(line)
+			own, err := Open(fmt.Sprintf("knit-%d-999", os.Getpid()), Options{Version: v}, Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer own.Close()
+
+			removed, err := Sweep(Options{Version: v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(removed) == 0 || !strings.Contains(removed[0], dead.Name()) {
+				t.Fatalf("Sweep removed %v, want %s", removed, dead.Name())
+			}
+			for _, r := range removed {
+				if strings.Contains(r, own.Name()) {
+					t.Fatalf("Sweep removed this process's own %s", r)
+				}
+			}
+			if !gone(pid) {
+				t.Fatalf("process %d in the dead host's cgroup survived the sweep", pid)
+			}
+			assertGone(t, dead)
+			for _, d := range dirs(t, own) {
+				if _, err := os.Stat(d); err != nil {
+					t.Fatalf("this process's own pool directory went: %v", err)
+				}
+			}
+		})
+	}
+}

@@ -19,6 +19,9 @@ func Open(string, Options, Limits) (*Tree, error) {
 	return nil, fmt.Errorf("%w: cgroups exist on Linux only, not %s", ErrUnavailable, runtime.GOOS)
 }
 
+// Sweep has nothing to sweep: cgroups exist on Linux only.
+func Sweep(Options) ([]string, error) { return nil, nil }
+
 func (t *Tree) Version() Version        { return Auto }
 func (t *Tree) Name() string            { return "" }
 func (t *Tree) New() (*Group, error)    { return nil, ErrUnavailable }
