@@ -29,7 +29,8 @@ type Limits struct {
 	// descendants; without one, RLIMIT_DATA on the lane process (not RLIMIT_AS: an idle Go
 	// lane reserves 1.6-1.8 GB of address space). Either way the lane's Go runtime gets a
 	// soft limit an eighth below (debug.SetMemoryLimit; lifecycle.GoMemoryLimit), so that
-	// its GC works before the hard limit. A lane past it ends WORKER_OUT_OF_MEMORY.
+	// its GC works before the hard limit (it replaces a GOMEMLIMIT in Process.Env). A lane
+	// past it ends WORKER_OUT_OF_MEMORY.
 	Memory int64
 	// CPUTime is the CPU time a lane process may use over its life (RLIMIT_CPU, in whole
 	// seconds, rounded up): a lane that uses it up ends WORKER_CPU_LIMIT and is restarted.
@@ -52,7 +53,7 @@ type Limits struct {
 	// Cgroup says whether lanes get cgroups (default CgroupAuto).
 	Cgroup CgroupMode
 	// CgroupParent is the cgroup under which the pool makes its own (knit-<pid>-<pool>), as
-	// a path inside the hierarchy. Default: the host's own cgroup. On cgroup v2 the parent
+	// a path inside the hierarchy; it must exist. Default: the host's own cgroup. On cgroup v2 the parent
 	// must hold no process to give its children controllers, so a host in a non-root cgroup
 	// with processes (a systemd service, a container) needs a delegated one, e.g. a
 	// subdirectory of a unit with Delegate=yes.

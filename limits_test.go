@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/knitgo/knit"
@@ -360,4 +362,34 @@ func readLimits(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestLimitsFallback: where the host cannot make cgroups (here: a parent that does not
+// exist), CgroupAuto falls back to rlimits, says so once, and the limits still hold;
+// CgroupRequired fails NewPool instead.
+func TestLimitsFallback(t *testing.T) {
+	obs, logs := observer.New(zap.WarnLevel)
+	l := knit.Limits{OpenFiles: 64, CPUs: 0.5, CgroupParent: "/knit-no-such-parent"}
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 2, Logger: zap.New(obs),
+		Process: knit.ProcessConfig{Limits: l}}, limitTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if got := p.Stats().Limits; got != knit.LimitsRlimits {
+		t.Fatalf("Stats().Limits = %q, want rlimits", got)
+	}
+	if _, err := openFiles.Call(context.Background(), p, 100); !errors.Is(err, knit.ErrTaskError) {
+		t.Fatalf("100 files under a limit of 64, without a cgroup: %v", err)
+	}
+	warned := logs.FilterMessageSnippet("no cgroup").All()
+	if len(warned) != 1 || !strings.Contains(warned[0].Message, "CPUs is not enforced") ||
+		!strings.Contains(fmt.Sprint(warned[0].ContextMap()["error"]), "knit-no-such-parent") {
+		t.Fatalf("want one warning naming the reason and what is lost, got %v", warned)
+	}
+	l.Cgroup = knit.CgroupRequired
+	_, err = knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Logger: quiet(), Process: knit.ProcessConfig{Limits: l}}, add)
+	if !errors.Is(err, knit.ErrPoolUnavailable) || !strings.Contains(err.Error(), "CgroupRequired") {
+		t.Fatalf("CgroupRequired without cgroups: %v", err)
+	}
 }

@@ -103,6 +103,9 @@ func (t *Tree) openV2(opts Options, mode cgroups.CGMode) error {
 		}
 		parent = own
 	}
+	if fi, err := os.Stat(filepath.Join(t.mount, parent)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: no parent cgroup %s in %s", ErrUnavailable, parent, t.mount)
+	}
 	// The pool's directory enables, in its parent's cgroup.subtree_control, the controllers
 	// its lanes' limits need; each lane's directory then enables them in the pool's.
 	group := path.Join("/", parent, t.name)
@@ -183,10 +186,23 @@ func (t *Tree) openV1(opts Options) error {
 		return fmt.Errorf("%w: none of the cgroup v1 memory, pids, cpu, freezer hierarchies is mounted", ErrUnavailable)
 	}
 	t.hier = func() ([]cgroup1.Subsystem, error) { return subs, nil }
+	parent := cgroup1.NestedPath("") // this process's cgroup in each hierarchy
 	if opts.Parent != "" {
-		t.path1 = cgroup1.StaticPath(path.Join("/", opts.Parent, t.name))
-	} else {
-		t.path1 = cgroup1.NestedPath(t.name) // this process's cgroup in each hierarchy
+		parent = cgroup1.StaticPath(path.Join("/", opts.Parent))
+	}
+	// The parent must exist: making it would leave directories nobody removes.
+	for _, s := range subs {
+		d, err := dirV1(t.hier, parent, s.Name())
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%w: no parent cgroup %s", ErrUnavailable, d)
+		}
+	}
+	t.path1 = func(n cgroup1.Name) (string, error) {
+		p, err := parent(n)
+		return path.Join(p, t.name), err
 	}
 	// A hierarchy where the directory cannot be made is an error, not one to skip: a lane
 	// would escape its limit or its kill there.

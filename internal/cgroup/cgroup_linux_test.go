@@ -239,6 +239,22 @@ func TestCloseRemovesEverything(t *testing.T) {
 	}
 }
 
+// TestOpenNeedsItsParent: a parent that does not exist is a reason to fall back, not a path
+// to make (nobody would remove it).
+func TestOpenNeedsItsParent(t *testing.T) {
+	for _, v := range []Version{V1, V2} {
+		_, err := Open("knit-test-parent", Options{Version: v, Parent: "/knit-no-such-parent/x"}, Limits{})
+		if !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%v: %v, want ErrUnavailable", v, err)
+		}
+		for _, root := range []string{"/sys/fs/cgroup/*", "/sys/fs/cgroup"} {
+			if m, _ := filepath.Glob(filepath.Join(root, "knit-no-such-parent")); len(m) > 0 {
+				t.Fatalf("%v: Open made %v", v, m)
+			}
+		}
+	}
+}
+
 func TestOpenRefusesBadNames(t *testing.T) {
 	for _, n := range []string{"", ".", "..", "a/b", "x\x00"} {
 		if _, err := Open(n, Options{}, Limits{}); err == nil || errors.Is(err, ErrUnavailable) {
