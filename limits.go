@@ -154,7 +154,8 @@ func (p *Pool) openLimits() error {
 		case err == nil:
 			pl.tree = tree
 			pl.mechanism = LimitMechanism(tree.Version().String())
-			p.log.Debug("process lanes get cgroups", zap.String("mechanism", string(pl.mechanism)), zap.String("cgroup", name))
+			p.log.Info("process lanes run in cgroups of their own", zap.String("mechanism", string(pl.mechanism)),
+				zap.String("cgroup", name))
 		case l.Cgroup == CgroupRequired:
 			return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits.Cgroup is CgroupRequired", Cause: err}
 		default:
