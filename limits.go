@@ -46,7 +46,8 @@ type Limits struct {
 	OpenFiles int
 	// Processes bounds the processes and threads of a lane and its descendants: a cgroup's
 	// pids.max. Without a cgroup it becomes RLIMIT_NPROC, which counts every process and
-	// thread of the lane's user (not just the lane's), and which root ignores.
+	// thread of the lane's user (not just the lane's), and which root ignores. A Go lane
+	// runs about ten threads of its own.
 	Processes int
 	// CoreDumps lets a crashing lane dump core. Default: RLIMIT_CORE 0.
 	CoreDumps bool

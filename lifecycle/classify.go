@@ -121,16 +121,23 @@ func Classify(x Exit) *Error {
 	return e
 }
 
-// cpuLimitReached reports whether the kernel ended the lane for its CPU-time limit: it was
-// killed (SIGKILL at the hard limit, or by itself on SIGXCPU at the soft one; SIGXCPU if it
-// had not asked for it) having used the limit, within a tenth (100 ms at least): wait4's
-// user and system times are sampled, and can fall short of the exact runtime the kernel
-// checks the limit against.
+// cpuLimitReached reports whether the lane ended for its CPU-time limit: it exited with
+// ExitCPULimit on the kernel's SIGXCPU at the soft limit, or died of SIGXCPU, or the kernel
+// killed it (SIGKILL) at the hard limit. The CPU time wait4 reports must agree: at least
+// half the limit after SIGXCPU (the kernel checks the limit against tick-sampled times, and
+// wait4's are scaled to the exact runtime: on a busy machine they fall well short), within
+// a tenth for a SIGKILL, which has many other causes. A task's os.Exit(80) early in a lane's
+// life is an exit, not a limit.
 func (x Exit) cpuLimitReached() bool {
-	if x.CPULimit <= 0 || (x.Signal != syscall.SIGKILL && x.Signal != syscall.SIGXCPU) {
+	switch {
+	case x.CPULimit <= 0:
 		return false
+	case x.Signal == 0 && x.Status == ExitCPULimit, x.Signal == syscall.SIGXCPU:
+		return x.CPUTime >= x.CPULimit/2
+	case x.Signal == syscall.SIGKILL:
+		return x.CPUTime >= x.CPULimit-max(x.CPULimit/10, 100*time.Millisecond)
 	}
-	return x.CPUTime >= x.CPULimit-max(x.CPULimit/10, 100*time.Millisecond)
+	return false
 }
 
 // memoryLimit names the lane's memory limit in a message, if it had one.

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// ExitCPULimit is the exit status of a lane that received SIGXCPU: it used up the CPU time
+// its RLIMIT_CPU allows (BootLimits.CPU).
+const ExitCPULimit = 80
+
 // LimitsVersion is the version of BootLimits this lane speaks. A lane refuses to boot from a
 // record of a later version: limits it cannot apply must not pass for applied.
 const LimitsVersion = 1

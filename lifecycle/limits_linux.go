@@ -55,15 +55,15 @@ func applyLimits(l *BootLimits, lane uint32, log *zap.Logger) error {
 	}
 	if l.CPU > 0 {
 		// At the soft limit the kernel sends SIGXCPU, which the Go runtime ignores unless
-		// asked: the lane says why it goes and kills itself, as the kernel would at the hard
-		// limit a second later. Either way the host reads the CPU time it used from wait4.
+		// asked: the lane says why it goes and exits with ExitCPULimit. Should it not get
+		// there, the kernel kills it at the hard limit a second later.
 		xcpu := make(chan os.Signal, 1)
 		signal.Notify(xcpu, syscall.SIGXCPU)
 		go func() {
 			<-xcpu
 			log.Error("CPU time limit used up: the lane ends", zap.Int64("limit_s", l.CPU))
 			fmt.Fprintf(os.Stderr, "knit lane %d: CPU time limit of %ds used up\n", lane, l.CPU)
-			_ = unix.Kill(os.Getpid(), unix.SIGKILL)
+			os.Exit(ExitCPULimit)
 		}()
 		if err := set(unix.RLIMIT_CPU, "RLIMIT_CPU", uint64(l.CPU), uint64(l.CPU)+1); err != nil {
 			return err
