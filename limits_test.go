@@ -1,6 +1,7 @@
 package knit_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -240,8 +241,9 @@ func TestLimitsDescendantsDie(t *testing.T) {
 	}
 }
 
-// knitCgroups lists this process's knit-<pid>-* cgroup directories, in every hierarchy.
-func knitCgroups(t *testing.T) []string {
+// knitCgroups lists the knit-<pid>-* cgroup directories of host pid, in every hierarchy (under
+// this process's cgroups: where a host started as this one's child makes its own too).
+func knitCgroups(t *testing.T, pid int) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -255,7 +257,7 @@ func knitCgroups(t *testing.T) []string {
 			continue
 		}
 		for _, root := range []string{"/sys/fs/cgroup/*", "/sys/fs/cgroup"} {
-			dirs, _ := filepath.Glob(filepath.Join(root, parts[2], fmt.Sprintf("knit-%d-*", os.Getpid())))
+			dirs, _ := filepath.Glob(filepath.Join(root, parts[2], fmt.Sprintf("knit-%d-*", pid)))
 			for _, d := range dirs {
 				if !seen[d] {
 					seen[d] = true
@@ -271,7 +273,7 @@ func knitCgroups(t *testing.T) []string {
 // restarts and spares included.
 func TestLimitsCgroupsRemoved(t *testing.T) {
 	p := newLimitsPool(t, 2, knit.Limits{Memory: 512 << 20, Processes: 200, CPUs: 1, Cgroup: knit.CgroupRequired})
-	if len(knitCgroups(t)) == 0 {
+	if len(knitCgroups(t, os.Getpid())) == 0 {
 		t.Fatal("no knit cgroup directory while the pool runs")
 	}
 	for range 3 { // three lane processes end and are replaced (from spares)
@@ -285,7 +287,7 @@ func TestLimitsCgroupsRemoved(t *testing.T) {
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if left := knitCgroups(t); len(left) > 0 {
+	if left := knitCgroups(t, os.Getpid()); len(left) > 0 {
 		t.Fatalf("cgroup directories left after Close: %v", left)
 	}
 }
@@ -392,4 +394,75 @@ func TestLimitsFallback(t *testing.T) {
 	if !errors.Is(err, knit.ErrPoolUnavailable) || !strings.Contains(err.Error(), "CgroupRequired") {
 		t.Fatalf("CgroupRequired without cgroups: %v", err)
 	}
+}
+
+// TestHelperCgroupHost is not a test: TestLimitsSweepAfterHostKilled runs the test binary as
+// a host with cgroups whose lane starts a setsid child; it prints the child's pid and waits to
+// be killed.
+func TestHelperCgroupHost(t *testing.T) {
+	if os.Getenv("KNIT_TEST_CGROUP_HOST") == "" {
+		t.Skip("helper process only")
+	}
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Logger: quiet(),
+		Process: knit.ProcessConfig{Limits: knit.Limits{Cgroup: knit.CgroupRequired}}}, limitTasks...)
+	if err != nil {
+		fmt.Println("no-cgroups:", err)
+		return
+	}
+	pid, err := startSetsid.Call(context.Background(), p, 0)
+	fmt.Printf("setsid-child=%d %v\n", pid, err)
+	select {}
+}
+
+// TestLimitsSweepAfterHostKilled: a host killed with SIGKILL leaves its cgroups, with the
+// setsid child of its lane still running in one; the next pool with cgroups kills the child
+// and removes them.
+func TestLimitsSweepAfterHostKilled(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestHelperCgroupHost$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "KNIT_TEST_CGROUP_HOST=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	child := 0
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		line := sc.Text()
+		if strings.HasPrefix(line, "no-cgroups:") {
+			t.Skipf("this machine gives no cgroups: %s", line)
+		}
+		if _, err := fmt.Sscanf(line, "setsid-child=%d", &child); err == nil {
+			break
+		}
+	}
+	if child <= 0 {
+		t.Fatal("the helper host printed no child pid")
+	}
+	defer syscall.Kill(child, syscall.SIGKILL) // should the test fail
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	left := knitCgroups(t, cmd.Process.Pid)
+	if len(left) == 0 {
+		t.Fatal("the killed host left no cgroup: the test needs one")
+	}
+	if err := syscall.Kill(child, 0); err != nil {
+		t.Fatalf("the setsid child is gone before the sweep (%v): the test needs it alive", err)
+	}
+	p := newLimitsPool(t, 1, knit.Limits{Cgroup: knit.CgroupRequired})
+	waitGone(t, child, "the sweep of its dead host's cgroup")
+	if now := knitCgroups(t, cmd.Process.Pid); len(now) > 0 {
+		t.Fatalf("cgroups of the dead host left after NewPool: %v", now)
+	}
+	_ = p.Close(context.Background())
 }
