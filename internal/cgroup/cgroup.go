@@ -7,8 +7,9 @@
 // It drives cgroup v2 (a pure v2 host, or the unified hierarchy of a hybrid one) and cgroup
 // v1 (the memory, pids, cpu and freezer hierarchies of a legacy or hybrid host) through
 // github.com/containerd/cgroups/v3. It must never remove, kill in or change a cgroup it did
-// not create; the one exception is what cgroup v2 itself requires to give a child cgroup
-// controllers: enabling them in the parent's cgroup.subtree_control.
+// not create, with two exceptions: what cgroup v2 requires to give a child cgroup controllers
+// (enabling them in the cgroup.subtree_control of its ancestors), and Sweep, which removes
+// the knit-<pid>-<pool> directories of knit hosts that have died.
 package cgroup
 
 import (
