@@ -209,6 +209,7 @@ type ProcessConfig struct {
 	// (1 GB of heap: a lane beyond it crashes with "out of memory") or a bwrap invocation.
 	// Limit memory with --data, not --as: an idle Go lane reserves 1.6–1.8 GB of address
 	// space, so --as below about 2 GB fails every lane at boot (docs/process-lanes.md).
+	// Limits does this, and more, without a wrapper.
 	Prefix []string
 	// Env lists what the lane's scrubbed environment carries besides KNIT_* variables and
 	// the host's PATH: "NAME" copies NAME from the host, "NAME=value" sets it ("PATH=..."
