@@ -83,6 +83,14 @@ var (
 	limitTasks = []knit.Definition{add, hoardMem, openFiles, burnCPU, startSetsid, exit3, laneLimits}
 )
 
+// bounded is the context of a call in these tests: a lane that hangs instead of reaching its
+// limit fails the test (at the deadline) rather than the whole suite at its timeout.
+func bounded(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // newLimitsPool starts a pool of process lanes with limits, or skips the test, saying why,
 // when it asks for cgroups this machine cannot give.
 func newLimitsPool(t *testing.T, lanes int, l knit.Limits) *knit.Pool {
@@ -101,7 +109,7 @@ func newLimitsPool(t *testing.T, lanes int, l knit.Limits) *knit.Pool {
 
 // serving calls add until stop is closed and returns how many calls succeeded, or the first
 // error: the other lanes, and the host, must serve on while one lane dies.
-func serving(p *knit.Pool, stop <-chan struct{}) <-chan error {
+func serving(ctx context.Context, p *knit.Pool, stop <-chan struct{}) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		n := 0
@@ -115,7 +123,7 @@ func serving(p *knit.Pool, stop <-chan struct{}) <-chan error {
 				return
 			default:
 			}
-			if sum, err := add.Call(context.Background(), p, [2]int64{int64(n), 1}); err != nil || sum != int64(n)+1 {
+			if sum, err := add.Call(ctx, p, [2]int64{int64(n), 1}); err != nil || sum != int64(n)+1 {
 				done <- fmt.Errorf("call %d: %d, %v", n, sum, err)
 				return
 			}
@@ -133,8 +141,8 @@ func testOutOfMemory(t *testing.T, l knit.Limits, mechanisms ...knit.LimitMechan
 		t.Fatalf("Stats().Limits = %q, want one of %q", got, mechanisms)
 	}
 	stop := make(chan struct{})
-	others := serving(p, stop)
-	_, err := hoardMem.Call(context.Background(), p, 0)
+	others := serving(bounded(t), p, stop)
+	_, err := hoardMem.Call(bounded(t), p, 0)
 	close(stop)
 	if !errors.Is(err, knit.ErrWorkerOutOfMemory) || !strings.Contains(err.Error(), "memory limit 256 MiB") {
 		t.Fatalf("hoarding under a 256 MiB limit: %v, want WORKER_OUT_OF_MEMORY", err)
@@ -142,7 +150,7 @@ func testOutOfMemory(t *testing.T, l knit.Limits, mechanisms ...knit.LimitMechan
 	if err := <-others; err != nil {
 		t.Fatalf("the other calls while a lane ran out of memory: %v", err)
 	}
-	if sum, err := add.Call(context.Background(), p, [2]int64{20, 22}); err != nil || sum != 42 {
+	if sum, err := add.Call(bounded(t), p, [2]int64{20, 22}); err != nil || sum != 42 {
 		t.Fatalf("after the lane ran out of memory: %d, %v", sum, err)
 	}
 }
@@ -163,11 +171,11 @@ func TestLimitsOutOfMemoryCgroup(t *testing.T) {
 // lane serves on.
 func TestLimitsOpenFiles(t *testing.T) {
 	p := newLimitsPool(t, 1, knit.Limits{OpenFiles: 64, Cgroup: knit.CgroupOff})
-	n, err := openFiles.Call(context.Background(), p, 100)
+	n, err := openFiles.Call(bounded(t), p, 100)
 	if !errors.Is(err, knit.ErrTaskError) || !strings.Contains(err.Error(), syscall.EMFILE.Error()) {
 		t.Fatalf("opening 100 files under a limit of 64: %d, %v; want TASK_ERROR %q", n, err, syscall.EMFILE.Error())
 	}
-	if n, err := openFiles.Call(context.Background(), p, 20); err != nil || n != 20 {
+	if n, err := openFiles.Call(bounded(t), p, 20); err != nil || n != 20 {
 		t.Fatalf("20 files after that: %d, %v", n, err)
 	}
 	if ls := p.Stats().Lanes[0]; ls.Restarts != 0 || ls.Incarnation != 0 {
@@ -180,8 +188,8 @@ func TestLimitsOpenFiles(t *testing.T) {
 func TestLimitsCPUTime(t *testing.T) {
 	p := newLimitsPool(t, 2, knit.Limits{CPUTime: time.Second, Cgroup: knit.CgroupOff})
 	stop := make(chan struct{})
-	others := serving(p, stop)
-	_, err := burnCPU.Call(context.Background(), p, 0)
+	others := serving(bounded(t), p, stop)
+	_, err := burnCPU.Call(bounded(t), p, 0)
 	close(stop)
 	if !errors.Is(err, knit.ErrWorkerCPULimit) || !strings.Contains(err.Error(), "CPU time limit of 1s") {
 		t.Fatalf("burning CPU under a 1 s limit: %v, want WORKER_CPU_LIMIT", err)
@@ -221,7 +229,7 @@ func TestLimitsDescendantsDie(t *testing.T) {
 	for _, end := range []string{"its lane's exit", "Close"} {
 		t.Run(end, func(t *testing.T) {
 			p := newLimitsPool(t, 1, knit.Limits{Cgroup: knit.CgroupRequired})
-			pid, err := startSetsid.Call(context.Background(), p, 0)
+			pid, err := startSetsid.Call(bounded(t), p, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +241,7 @@ func TestLimitsDescendantsDie(t *testing.T) {
 				if err := p.Close(context.Background()); err != nil {
 					t.Fatal(err)
 				}
-			} else if _, err := exit3.Call(context.Background(), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+			} else if _, err := exit3.Call(bounded(t), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
 				t.Fatalf("exit(3): %v", err)
 			}
 			waitGone(t, pid, end)
@@ -277,11 +285,11 @@ func TestLimitsCgroupsRemoved(t *testing.T) {
 		t.Fatal("no knit cgroup directory while the pool runs")
 	}
 	for range 3 { // three lane processes end and are replaced (from spares)
-		if _, err := exit3.Call(context.Background(), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+		if _, err := exit3.Call(bounded(t), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
 			t.Fatalf("exit(3): %v", err)
 		}
 	}
-	if sum, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || sum != 3 {
+	if sum, err := add.Call(bounded(t), p, [2]int64{1, 2}); err != nil || sum != 3 {
 		t.Fatalf("after the restarts: %d, %v", sum, err)
 	}
 	if err := p.Close(context.Background()); err != nil {
@@ -322,11 +330,11 @@ func TestLimitsApplied(t *testing.T) {
 			p := newLimitsPool(t, 1, l)
 			for i, how := range []string{"started directly", "from a spare"} {
 				if i == 1 {
-					if _, err := exit3.Call(context.Background(), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+					if _, err := exit3.Call(bounded(t), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
 						t.Fatalf("exit(3): %v", err)
 					}
 				}
-				got, err := laneLimits.Call(context.Background(), p, 0)
+				got, err := laneLimits.Call(bounded(t), p, 0)
 				if err != nil {
 					t.Fatalf("%s: %v", how, err)
 				}
@@ -381,7 +389,7 @@ func TestLimitsFallback(t *testing.T) {
 	if got := p.Stats().Limits; got != knit.LimitsRlimits {
 		t.Fatalf("Stats().Limits = %q, want rlimits", got)
 	}
-	if _, err := openFiles.Call(context.Background(), p, 100); !errors.Is(err, knit.ErrTaskError) {
+	if _, err := openFiles.Call(bounded(t), p, 100); !errors.Is(err, knit.ErrTaskError) {
 		t.Fatalf("100 files under a limit of 64, without a cgroup: %v", err)
 	}
 	warned := logs.FilterMessageSnippet("no cgroup").All()
@@ -409,7 +417,7 @@ func TestHelperCgroupHost(t *testing.T) {
 		fmt.Println("no-cgroups:", err)
 		return
 	}
-	pid, err := startSetsid.Call(context.Background(), p, 0)
+	pid, err := startSetsid.Call(bounded(t), p, 0)
 	fmt.Printf("setsid-child=%d %v\n", pid, err)
 	select {}
 }
