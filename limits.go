@@ -268,6 +268,9 @@ func (l *lane) limitsExit(x *lifecycle.Exit) {
 	pl := l.proc
 	x.OOMKills = pl.dropCgroup(l.p.laneLog)
 	x.MemoryLimit, x.CPULimit = l.p.limits.memory, l.p.limits.cpu
+	if b := l.p.limits.boot; b != nil {
+		x.DataLimited = b.Data > 0 && b.Procs == 0 && l.p.cfg.Process.Limits.Processes == 0
+	}
 	if ps := pl.cmd.ProcessState; ps != nil {
 		x.CPUTime = ps.UserTime() + ps.SystemTime()
 	}

@@ -28,15 +28,21 @@ import (
 var (
 	// hoardMem allocates without bound, touching every page, and keeps all of it.
 	hoardMem = knit.Define("test.limits.hoard", func(ctx context.Context, _ int) (int, error) {
-		var hoard [][]byte
-		for ctx.Err() == nil {
-			b := make([]byte, 1<<20)
-			for i := 0; i < len(b); i += 4096 {
-				b[i] = 1
-			}
-			hoard = append(hoard, b)
+		return hoard(ctx)
+	})
+	// hoardThreads hoards like hoardMem while 64 goroutines sleep in system calls, so that
+	// the runtime keeps starting threads (pthread_create, in this cgo-linked binary), whose
+	// stacks RLIMIT_DATA counts too.
+	hoardThreads = knit.Define("test.limits.hoardthreads", func(ctx context.Context, _ int) (int, error) {
+		for range 64 {
+			go func() {
+				for ctx.Err() == nil {
+					ts := unix.NsecToTimespec(int64(time.Millisecond))
+					_ = unix.Nanosleep(&ts, nil)
+				}
+			}()
 		}
-		return len(hoard), ctx.Err()
+		return hoard(ctx)
 	})
 	// openFiles opens /dev/null n times, and closes them all before it returns.
 	openFiles = knit.Define("test.limits.files", func(_ context.Context, n int) (int, error) {
@@ -80,7 +86,7 @@ var (
 		b, err := os.ReadFile("/proc/self/limits")
 		return []string{string(b), strconv.FormatInt(debug.SetMemoryLimit(-1), 10)}, err
 	})
-	limitTasks = []knit.Definition{add, hoardMem, openFiles, burnCPU, startSetsid, exit3, laneLimits}
+	limitTasks = []knit.Definition{add, hoardMem, hoardThreads, openFiles, burnCPU, startSetsid, exit3, laneLimits}
 )
 
 // bounded is the context of a call in these tests: a lane that hangs instead of reaching its
@@ -89,6 +95,19 @@ func bounded(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// hoard allocates without bound, touching every page, and keeps all of it.
+func hoard(ctx context.Context) (int, error) {
+	var kept [][]byte
+	for ctx.Err() == nil {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		kept = append(kept, b)
+	}
+	return len(kept), ctx.Err()
 }
 
 // newLimitsPool starts a pool of process lanes with limits, or skips the test, saying why,
@@ -135,18 +154,19 @@ func serving(ctx context.Context, p *knit.Pool, stop <-chan struct{}) <-chan err
 
 // testOutOfMemory: a task allocating without bound on a lane limited to 256 MiB ends its lane
 // WORKER_OUT_OF_MEMORY while the other lane and the host keep serving.
-func testOutOfMemory(t *testing.T, l knit.Limits, mechanisms ...knit.LimitMechanism) {
+func testOutOfMemory(t *testing.T, task *knit.Task[int, int], l knit.Limits, mechanisms ...knit.LimitMechanism) {
 	p := newLimitsPool(t, 2, l)
 	if got := p.Stats().Limits; !slices.Contains(mechanisms, got) {
 		t.Fatalf("Stats().Limits = %q, want one of %q", got, mechanisms)
 	}
 	stop := make(chan struct{})
 	others := serving(bounded(t), p, stop)
-	_, err := hoardMem.Call(bounded(t), p, 0)
+	_, err := task.Call(bounded(t), p, 0)
 	close(stop)
 	if !errors.Is(err, knit.ErrWorkerOutOfMemory) || !strings.Contains(err.Error(), "memory limit 256 MiB") {
 		t.Fatalf("hoarding under a 256 MiB limit: %v, want WORKER_OUT_OF_MEMORY", err)
 	}
+	t.Logf("the lane's end: %v", err)
 	if err := <-others; err != nil {
 		t.Fatalf("the other calls while a lane ran out of memory: %v", err)
 	}
@@ -160,11 +180,15 @@ func TestLimitsOutOfMemoryRlimit(t *testing.T) {
 		t.Skip("the race detector's shadow memory does not fit a 256 MiB data limit (RLIMIT_DATA counts it): " +
 			".ci/run runs the limits tests without -race too")
 	}
-	testOutOfMemory(t, knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupOff}, knit.LimitsRlimits)
+	l := knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupOff}
+	t.Run("heap", func(t *testing.T) { testOutOfMemory(t, hoardMem, l, knit.LimitsRlimits) })
+	// The Go runtime cannot map heap, or cgo cannot map a new thread's stack
+	// ("runtime/cgo: pthread_create failed"): either is out of memory.
+	t.Run("heap and threads", func(t *testing.T) { testOutOfMemory(t, hoardThreads, l, knit.LimitsRlimits) })
 }
 
 func TestLimitsOutOfMemoryCgroup(t *testing.T) {
-	testOutOfMemory(t, knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupRequired}, knit.LimitsCgroupV1, knit.LimitsCgroupV2)
+	testOutOfMemory(t, hoardMem, knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupRequired}, knit.LimitsCgroupV1, knit.LimitsCgroupV2)
 }
 
 // TestLimitsOpenFiles: a task opening files past the limit gets EMFILE as its own error; the

@@ -36,6 +36,9 @@ type Exit struct {
 	MemoryLimit int64         // its memory limit, bytes (0: none)
 	CPUTime     time.Duration // user+system CPU time it used (wait4's rusage)
 	CPULimit    time.Duration // its CPU-time limit as applied (RLIMIT_CPU; 0: none)
+	// DataLimited: its memory limit was RLIMIT_DATA, which counts thread stacks; and no
+	// process limit was set. A cgo lane that cannot create a thread then ran out of memory.
+	DataLimited bool
 }
 
 // Bounds on the lane's text in an error message: lines, bytes per line.
@@ -84,7 +87,7 @@ func Classify(x Exit) *Error {
 		e.Code, e.Message, e.Cause = CodeWorkerCrashed, "killed by the host: corrupt ring", x.Corrupt
 	case x.Signal == syscall.SIGKILL && x.OOMKills > 0:
 		e.Code, e.Message = CodeWorkerOutOfMemory, "killed by the kernel's out-of-memory killer in its cgroup"+x.memoryLimit()+" ("+how+")"
-	case x.Status == 2 && outOfMemory(failure):
+	case x.Status == 2 && x.outOfMemory(failure):
 		e.Code, e.Message = CodeWorkerOutOfMemory, failure+x.memoryLimit()+" ("+how+")"
 	case x.cpuLimitReached():
 		e.Code, e.Message = CodeWorkerCPULimit, fmt.Sprintf("used up its CPU time limit of %v (%v used; %s)",
@@ -216,12 +219,20 @@ const (
 
 var goroutineHeader = regexp.MustCompile(`^goroutine (\d+)(?: [^\[]*)? \[([^\]]*)\]:$`)
 
+// runtimeSignal is the line the Go runtime starts its report with when it dies of a signal
+// ("SIGABRT: abort", "SIGSEGV: segmentation violation").
+var runtimeSignal = regexp.MustCompile(`^SIG[A-Z0-9]+: [a-z]`)
+
 // Line reads one line. It reports whether the line is part of a runtime crash report after
 // its failure line — a line of the goroutine dump, which a host logs at Debug only.
 func (c *CrashReport) Line(s string) (dump bool) {
 	switch c.phase {
 	case phaseBefore:
-		if strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") {
+		// Besides a panic or fatal error: cgo's own account of why it aborts ("runtime/cgo:
+		// pthread_create failed: ..."), and the runtime dying of a signal it cannot turn
+		// into a panic ("SIGABRT: abort", then "PC=...").
+		if strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") ||
+			strings.HasPrefix(s, "runtime/cgo: ") || runtimeSignal.MatchString(s) {
 			c.failure, c.phase, c.waited = cut(s), phaseHeader, 0
 		}
 		return false
@@ -230,7 +241,7 @@ func (c *CrashReport) Line(s string) (dump bool) {
 			c.header, c.phase = "goroutine "+m[1]+" ["+m[2]+"]:", phaseFrames
 			return true
 		}
-		if strings.HasPrefix(s, "[signal ") && c.signal == "" {
+		if (strings.HasPrefix(s, "[signal ") || runtimeSignal.MatchString(s)) && c.signal == "" {
 			c.signal = cut(s)
 		}
 		if dumpLike(s) { // the "runtime stack:" of a fatal error on the system stack, say

@@ -93,9 +93,14 @@ func CPUSeconds(d time.Duration) int64 {
 
 // outOfMemory reports whether a Go runtime failure line says the process ran out of memory
 // ("fatal error: runtime: out of memory", "fatal error: runtime: cannot allocate memory",
-// "fatal error: out of memory (stackalloc)", ...). A panic value saying so is a task's text,
-// not the runtime's: it does not count.
-func outOfMemory(failure string) bool {
+// "fatal error: out of memory (stackalloc)", ...), or, under an RLIMIT_DATA memory limit and
+// no process limit, that cgo could not create a thread ("runtime/cgo: pthread_create failed:
+// Resource temporarily unavailable": glibc could not map the thread's stack). A panic value
+// saying so is a task's text, not the runtime's: it does not count.
+func (x Exit) outOfMemory(failure string) bool {
+	if x.DataLimited && strings.HasPrefix(failure, "runtime/cgo: pthread_create failed") {
+		return true
+	}
 	f, ok := strings.CutPrefix(failure, "fatal error: ")
 	return ok && (strings.Contains(f, "out of memory") || strings.Contains(f, "cannot allocate memory"))
 }

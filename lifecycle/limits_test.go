@@ -25,6 +25,12 @@ func TestClassifyLimits(t *testing.T) {
 			CodeWorkerOutOfMemory, []string{"cannot allocate memory (exit status 2)"}},
 		{"stack out of memory", Exit{Ready: true, Status: 2, Failure: "fatal error: out of memory (stackalloc)"},
 			CodeWorkerOutOfMemory, nil},
+		{"cgo cannot create a thread under RLIMIT_DATA", Exit{Ready: true, Status: 2, DataLimited: true, MemoryLimit: mem,
+			Failure: "runtime/cgo: pthread_create failed: Resource temporarily unavailable", Crash: []string{"SIGABRT: abort", "goroutine 0 [idle]:"}},
+			CodeWorkerOutOfMemory, []string{"pthread_create failed", "memory limit 256 MiB", "SIGABRT: abort"}},
+		{"cgo cannot create a thread, under a process limit too", Exit{Ready: true, Status: 2, MemoryLimit: mem,
+			Failure: "runtime/cgo: pthread_create failed: Resource temporarily unavailable", Crash: []string{"SIGABRT: abort"}},
+			CodeWorkerCrashed, []string{"pthread_create failed", "SIGABRT: abort"}},
 		{"a panic saying out of memory is a task's", Exit{Ready: true, Status: 2, Failure: "panic: out of memory"},
 			CodeWorkerCrashed, []string{"panic: out of memory"}},
 		{"OOM kill of a child, lane exits on its own", Exit{Ready: true, Status: 3, OOMKills: 1},
@@ -71,7 +77,9 @@ func TestClassifyLimits(t *testing.T) {
 			}
 		})
 	}
-	if !errors.Is(Classify(cases[0].x), ErrOutOfMemory) || !errors.Is(Classify(cases[8].x), ErrCPULimit) {
+	oom := Exit{Ready: true, Status: -1, Signal: syscall.SIGKILL, OOMKills: 1}
+	cpu := Exit{Ready: true, Status: ExitCPULimit, CPUTime: time.Second, CPULimit: time.Second}
+	if !errors.Is(Classify(oom), ErrOutOfMemory) || !errors.Is(Classify(cpu), ErrCPULimit) {
 		t.Fatal("the sentinels do not match the new codes")
 	}
 }
