@@ -29,6 +29,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	var zero Out
 	ctx, cancel, err := t.prepare(ctx, p)
 	if err != nil {
+		t.rejected(p, err)
 		return zero, err
 	}
 	if cancel != nil {
@@ -36,21 +37,25 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	}
 	r, err := t.def.Records.Alloc()
 	if err != nil {
-		return zero, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		t.rejected(p, err)
+		return zero, err
 	}
 	r.Start(ctx, in, p.id)
+	observe(p, r, t.def.Index())
 	if ht := t.def.Options().HardTimeout; ht > 0 {
 		r.Hard = time.Now().Add(ht)
 	}
 	c, err := t.newCall(ctx, p, r)
 	if err != nil {
-		t.abandon(r)
+		t.abandon(r, err)
 		return zero, err
 	}
 	l, err := p.dispatch(ctx, c)
 	if err != nil {
-		t.abandon(r)
-		return t.failure(ctx, err)
+		out, err := t.failure(ctx, err)
+		t.abandon(r, err)
+		return out, err
 	}
 	if r.Pending() {
 		p.Help(r)
@@ -81,6 +86,7 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	f := actors.NewFuture[Out]()
 	ctx, cancel, err := t.prepare(ctx, p)
 	if err != nil {
+		t.rejected(p, err)
 		return actors.FailFuture(f, err)
 	}
 	r, err := t.def.Records.Alloc()
@@ -88,15 +94,18 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		if cancel != nil {
 			cancel()
 		}
-		return actors.FailFuture(f, &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err})
+		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		t.rejected(p, err)
+		return actors.FailFuture(f, err)
 	}
 	r.Start(ctx, in, p.id)
+	observe(p, r, t.def.Index())
 	if ht := t.def.Options().HardTimeout; ht > 0 {
 		r.Hard = time.Now().Add(ht)
 	}
 	c, err := t.newCall(ctx, p, r)
 	if err != nil {
-		t.abandon(r)
+		t.abandon(r, err)
 		if cancel != nil {
 			cancel()
 		}
@@ -185,8 +194,12 @@ func (p *Pool) Help(c actors.Pender) {
 		p.kickReapers()
 		return
 	}
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil && l.waiters.Load() > 0 {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil && l.waiters.Load() > 0 {
+			l.kickReaper()
+		}
+		if l := s.old.Load(); l != nil && l.waiters.Load() > 0 {
 			l.kickReaper()
 		}
 	}
@@ -229,8 +242,12 @@ const probeEvery = 16
 
 // kickReapers wakes every lane's reaper that idles for want of work.
 func (p *Pool) kickReapers() {
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil {
+			l.kickReaper()
+		}
+		if l := s.old.Load(); l != nil {
 			l.kickReaper()
 		}
 	}
@@ -239,8 +256,12 @@ func (p *Pool) kickReapers() {
 // drainAll settles the results waiting on every process lane's return ring and reports
 // how many there were.
 func (p *Pool) drainAll() (settled int) {
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil && l.reaper {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil && l.reaper {
+			settled += l.drain()
+		}
+		if l := s.old.Load(); l != nil && l.reaper {
 			settled += l.drain()
 		}
 	}
@@ -250,12 +271,16 @@ func (p *Pool) drainAll() (settled int) {
 // newCall describes a started record for dispatch; process pools encode the input now,
 // refusing a value over the per-call maximum before anything is published.
 func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (call, error) {
-	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, seq: &r.Seq, cancellable: ctx.Done() != nil}
+	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, seq: &r.Seq, done: ctx.Done()}
 	if p.cfg.Runtime != Process {
 		return c, nil
 	}
 	var err error
-	if r.Enc, err = t.def.InCodec.Append(r.Enc[:0], r.In); err != nil {
+	r.Enc = r.Enc[:0]
+	if prop := p.cfg.Propagator; prop != nil {
+		r.Enc = actors.AppendCarried(r.Enc, func(add func(k, v string)) { prop.Inject(ctx, setCarrier(add)) })
+	}
+	if r.Enc, err = t.def.InCodec.Append(r.Enc, r.In); err != nil {
 		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
 	}
 	if len(r.Enc) > p.cfg.Payload.MaxCall {
@@ -263,8 +288,18 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.payload = r.Enc
+	if d, ok := ctx.Deadline(); ok {
+		c.deadline = d.UnixNano() // the task on the lane sees its caller's deadline
+	}
 	return c, nil
 }
+
+// setCarrier is a propagation.TextMapCarrier that only takes what Inject sets.
+type setCarrier func(key, value string)
+
+func (c setCarrier) Set(key, value string) { c(key, value) }
+func (setCarrier) Get(string) string       { return "" }
+func (setCarrier) Keys() []string          { return nil }
 
 // expire settles a call whose context ended before its result came, and asks a process
 // lane to interrupt it.
@@ -332,10 +367,18 @@ func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
 	return zero, ctxError(ctx, t.def)
 }
 
-// abandon drops both references of a record whose call was never dispatched.
-func (t *Task[In, Out]) abandon(r *actors.Record[In, Out]) {
-	r.Fail(nil)
+// abandon drops both references of a record whose call was never dispatched, which failed
+// with err.
+func (t *Task[In, Out]) abandon(r *actors.Record[In, Out], err error) {
+	r.Fail(err)
 	<-r.Done()
 	t.def.Records.Release(r)
 	t.def.Records.Release(r)
+}
+
+// rejected counts, in the pool's metrics, a call refused before it had a record.
+func (t *Task[In, Out]) rejected(p *Pool, err error) {
+	if p != nil {
+		p.obs.rejected(t.def.Index(), err)
+	}
 }

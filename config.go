@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/actors"
@@ -26,6 +28,22 @@ func (r Runtime) String() string {
 		return "process"
 	}
 	return "goroutine"
+}
+
+// MarshalText names the runtime (JSON carries "process", not 1).
+func (r Runtime) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads a runtime's name.
+func (r *Runtime) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "goroutine":
+		*r = Goroutine
+	case "process":
+		*r = Process
+	default:
+		return fmt.Errorf("knit: unknown runtime %q", b)
+	}
+	return nil
 }
 
 // Balancer picks the lane for a call.
@@ -101,6 +119,12 @@ type Config struct {
 	// looks at every return ring, so that a lost doorbell cannot strand results (default
 	// 3s; negative: no watchdog).
 	Liveness time.Duration
+	// Propagator carries values of each caller's context into process lanes — with
+	// propagation.TraceContext{}, a trace goes on in the task — when the lane binary's
+	// knit.Main has the same propagator (WithPropagator). Default: none; with one, each call
+	// to a process lane costs an Inject and a few small allocations. (Goroutine lanes run
+	// tasks under the caller's own context.)
+	Propagator propagation.TextMapPropagator
 	// Process configures process lanes.
 	Process ProcessConfig
 	// Logger receives knit's logs and the output of process lanes; it decides their levels
@@ -121,6 +145,21 @@ type Config struct {
 	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
 	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
 	EventBuffer int
+	// MeterProvider receives the pool's OpenTelemetry metrics (docs/operating.md lists the
+	// instruments). Default: none, which costs calls nothing; the application chooses the
+	// SDK and exporter.
+	MeterProvider metric.MeterProvider
+	// LatencyWindow, if positive, has Stats.Tasks give each task's latency quantiles over
+	// the last one to two periods of LatencyWindow (30*time.Second is a good start). It
+	// costs each task 5 KB and each call two monotonic clock reads (as a MeterProvider that
+	// records does; with both, the reads are shared) and an atomic add. Default: none.
+	LatencyWindow time.Duration
+	// MaxCallsPerLane recycles a lane incarnation once it has taken this many calls (zero:
+	// never), goroutine and process lanes alike: its replacement boots while it serves on
+	// (a process lane's from a spare), takes its place once ready, and then the recycled
+	// incarnation finishes the calls it holds and stops. It is a trigger, not a cap: a lane
+	// takes the calls that reach it while its replacement boots. docs/lifecycle.md.
+	MaxCallsPerLane int
 }
 
 // Restart is a pool's supervision policy (see the supervisor package).
@@ -177,8 +216,11 @@ const (
 	StateRestarting       = supervisor.Restarting
 	StateCrashLoopBackoff = supervisor.CrashLoopBackoff // restarting after Event.Delay, past the restart intensity
 	StateDead             = supervisor.Dead
-	StateFailed           = supervisor.Failed // the pool: no lane is left
-	StateNew              = supervisor.New    // before a lane's first boot
+	StateFailed           = supervisor.Failed    // the pool: no lane is left
+	StateNew              = supervisor.New       // before a lane's first boot
+	StateRecycling        = supervisor.Recycling // a planned replacement (MaxCallsPerLane, MaxLaneMemory); Reason says why
+	StateRetiring         = supervisor.Retiring  // removed by Resize: finishing its calls
+	StateRemoved          = supervisor.Removed   // gone from the pool (Resize)
 )
 
 // PoolFailed is the message Config.Parent receives when the pool has failed.
@@ -227,6 +269,16 @@ type ProcessConfig struct {
 	// processes, in a cgroup of its own where the host can make one (see Limits). The zero
 	// value limits nothing; core dumps are off unless Limits.CoreDumps is set.
 	Limits Limits
+	// Sandbox confines each lane with Landlock and a seccomp preset, applied by the lane
+	// before it serves; a layer is off, best effort or required (docs/process-lanes.md,
+	// "Containing untrusted or crashy code").
+	Sandbox Sandbox
+	// MaxLaneMemory recycles a process lane whose resident memory (RSS, of the lane's
+	// process: a Prefix that forks measures the wrapper) is above this many bytes (zero:
+	// never), the way MaxCallsPerLane does. It is sampled from /proc/PID/statm at the
+	// watchdog's tick (Liveness/3, or 1s with the watchdog off), so a lane may grow past it
+	// between two looks: it is a trigger, not a limit.
+	MaxLaneMemory int64
 }
 
 const (

@@ -3,7 +3,6 @@ package knit
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +17,14 @@ import (
 // benchmark that shows the tree costs the call path nothing.
 func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	return newPool(cfg, false, tasks...)
+}
+
+// NewPoolWithoutMonitor starts a pool with no monitor: the call path as it was before
+// metrics, for the benchmark that compares the two. Not for concurrent use with NewPool.
+func NewPoolWithoutMonitor(cfg Config, tasks ...Definition) (*Pool, error) {
+	noMonitor = true
+	defer func() { noMonitor = false }()
+	return NewPool(cfg, tasks...)
 }
 
 // AwaitSpares waits until the spares being started have initialised (or failed).
@@ -51,7 +58,8 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(), reaped: true,
 		root: nop, log: nop, laneLog: nop, fastLog: nop, codecLog: nop,
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
-		lanes: make([]atomic.Pointer[lane], 1), events: make(chan Event, 1)}
+		slots: make([]laneSlot, maxLanes), events: make(chan Event, 1)}
+	p.size.Store(1)
 	p.byIndex = make([]actors.Def, len(actors.All()))
 	for _, t := range tasks {
 		d := t.actorsDef()
@@ -79,7 +87,7 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	l.wake.SetAwake() // calls are not rung for: the harness takes them when it likes
 	l.done, l.doneBell = region.Returns().Completion(), fastpath.NewChanBell()
 	l.reaper, l.started = true, true
-	p.lanes[0].Store(l)
+	p.slots[0].cur.Store(l)
 	return &ResultHarness{p: p, l: l}, nil
 }
 

@@ -18,10 +18,13 @@ import (
 // purpose, from inside a real lane process.
 
 var (
-	// freeze stops its own lane process (SIGSTOP): the lane neither ends nor answers.
+	// freeze stops its own lane process (SIGSTOP): the lane neither ends nor answers. The
+	// stop can take effect a while after kill returns (the signal waits in the process's
+	// pending set for a thread to act on it: seen after 100+ µs here), so the task never
+	// returns: returning would publish a result before the lane froze.
 	freeze = knit.Define("test.hostile.freeze", func(context.Context, int) (int, error) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		return 1, nil
+		select {}
 	})
 	// closeBell closes the completion doorbell's descriptor and replaces it with /dev/null,
 	// then answers: its results are published, but the host is never rung for them.

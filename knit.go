@@ -26,6 +26,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/lifecycle"
 )
@@ -79,6 +81,12 @@ var (
 	ErrWorkerCPULimit      = lifecycle.ErrCPULimit
 )
 
+// Why a process-lane task's context ended, as context.Cause in the task reports it.
+var (
+	ErrCallerDeadline = lifecycle.ErrCallerDeadline // the caller's deadline passed (TIMEOUT)
+	ErrCallerCanceled = lifecycle.ErrCallerCanceled // the caller gave up on the call (CANCELED)
+)
+
 // PanicError is the Cause of a TASK_PANIC error: the panic value (its text, from a process
 // lane) and, in Stack, the panicking goroutine's stack. Error() never includes the stack, so
 // an error may be shown to a client; reach the stack with errors.As for logs.
@@ -92,20 +100,24 @@ type Task[In, Out any] struct {
 	def *actors.Task[In, Out]
 }
 
-// TaskOption configures a task at Define.
-type TaskOption func(*actors.Options)
+// TaskOption configures a task at Define. The options are this package's functions.
+type TaskOption interface{ applyTask(*actors.Options) }
+
+type taskOption func(*actors.Options)
+
+func (o taskOption) applyTask(x *actors.Options) { o(x) }
 
 // Timeout settles a call with ErrTimeout when it has not finished after d (time in the
 // backlog counts). The task's context is cancelled at the same moment. Zero means none; a
 // negative d makes Define panic.
 func Timeout(d time.Duration) TaskOption {
-	return func(o *actors.Options) { o.Timeout = d }
+	return taskOption(func(o *actors.Options) { o.Timeout = d })
 }
 
 // TimeoutDefault resolves a call with v, and no error, when it has not finished after d.
 // v must be assignable to the task's Out type (checked at Define).
 func TimeoutDefault(d time.Duration, v any) TaskOption {
-	return func(o *actors.Options) { o.Timeout, o.Default, o.HasDefault = d, v, true }
+	return taskOption(func(o *actors.Options) { o.Timeout, o.Default, o.HasDefault = d, v, true })
 }
 
 // HardTimeout bounds a call like Timeout does, and more: on a process lane, a call that
@@ -114,19 +126,19 @@ func TimeoutDefault(d time.Duration, v any) TaskOption {
 // it. Goroutines cannot be killed, so on goroutine lanes it acts as a Timeout. Zero means
 // none; a negative d makes Define panic.
 func HardTimeout(d time.Duration) TaskOption {
-	return func(o *actors.Options) { o.HardTimeout = d }
+	return taskOption(func(o *actors.Options) { o.HardTimeout = d })
 }
 
 // Idempotent marks a task whose calls may run again on another lane when the lane that
 // held them dies.
 func Idempotent() TaskOption {
-	return func(o *actors.Options) { o.Idempotent = true }
+	return taskOption(func(o *actors.Options) { o.Idempotent = true })
 }
 
 // WithCodec replaces the codec knit chose for the task's input (a Codec[In]) or output (a
 // Codec[Out]).
 func WithCodec(c any) TaskOption {
-	return func(o *actors.Options) { o.Codec = c }
+	return taskOption(func(o *actors.Options) { o.Codec = c })
 }
 
 // Define registers a task under a unique name. Call it at package level: host and process
@@ -140,7 +152,7 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 		if opt == nil {
 			panic(fmt.Sprintf("knit: task %q: a nil TaskOption", name))
 		}
-		opt(&o)
+		opt.applyTask(&o)
 	}
 	if err := checkOptions(&o); err != nil {
 		panic(fmt.Sprintf("knit: task %q: %v", name, err))
@@ -155,9 +167,6 @@ func (t *Task[In, Out]) Name() string { return t.def.Name() }
 // fingerprints at boot.
 func (t *Task[In, Out]) Fingerprint() uint64 { return t.def.Fingerprint() }
 
-// definition lets NewPool take tasks of any type.
-type definition interface{ actorsDef() actors.Def }
-
 func (t *Task[In, Out]) actorsDef() actors.Def {
 	if t == nil || t.def == nil { // a nil *Task, or a Task not made by Define
 		return nil
@@ -168,8 +177,25 @@ func (t *Task[In, Out]) actorsDef() actors.Def {
 // Main must be the first statement of main (and of TestMain in tests that use process
 // lanes). In a process started as a lane it serves tasks and exits; in the host it returns
 // at once.
-func Main() {
+func Main(opts ...MainOption) {
 	if lifecycle.IsLane() {
-		os.Exit(lifecycle.Serve())
+		var h lifecycle.Hooks
+		for _, o := range opts {
+			o.applyMain(&h)
+		}
+		os.Exit(lifecycle.Serve(h))
 	}
+}
+
+// A MainOption configures what Main gives the lanes of this binary.
+type MainOption interface{ applyMain(*lifecycle.Hooks) }
+
+type mainOption func(*lifecycle.Hooks)
+
+func (o mainOption) applyMain(h *lifecycle.Hooks) { o(h) }
+
+// WithPropagator makes lanes put the context values their callers' pools carry
+// (Config.Propagator) into each task's context, e.g. propagation.TraceContext{}.
+func WithPropagator(p propagation.TextMapPropagator) MainOption {
+	return mainOption(func(h *lifecycle.Hooks) { h.Propagator = p })
 }

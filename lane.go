@@ -25,16 +25,18 @@ const (
 	laneReady int32 = iota
 	laneStopping
 	laneEnded
+	laneRetiring // takes no new call, finishes those it holds (recycle.go)
 )
 
 // call is a call waiting in a lane's backlog for a free slot.
 type call struct {
 	def         actors.Def
 	id, gen     uint32
-	lane, abort *atomic.Int32  // the record's lane and abort-bit fields, set by the lane that takes it
-	seq         *atomic.Uint64 // the record's sequence number, set when it is published
-	payload     []byte         // the encoded input (process lanes)
-	cancellable bool           // the caller's context can end: a process lane gives it an abort bit
+	lane, abort *atomic.Int32   // the record's lane and abort-bit fields, set by the lane that takes it
+	seq         *atomic.Uint64  // the record's sequence number, set when it is published
+	payload     []byte          // the encoded input (process lanes)
+	done        <-chan struct{} // the caller's context's Done (nil: it cannot end); a process lane gives such a call an abort bit
+	deadline    int64           // the caller's deadline in Unix nanoseconds, 0 for none (process lanes)
 }
 
 // lane is the host side of one lane: the producer of its request ring (under mu, shared by
@@ -77,6 +79,9 @@ type lane struct {
 	reaped  chan struct{}
 	exitErr error // what the lane's goroutine returned
 
+	calls int           // under mu: calls accepted, for MaxCallsPerLane
+	idle  chan struct{} // a retiring lane's last call has settled (recycle.go)
+
 	proc     *procLane // nil for goroutine lanes
 	started  bool      // the lane's goroutine or process was started: it will end by itself
 	unmapped bool      // under mu: the region is gone
@@ -85,13 +90,14 @@ type lane struct {
 
 func newLane(p *Pool, idx, inc int) *lane {
 	return &lane{
-		p: p, idx: idx, inc: inc, key: int32(inc*len(p.lanes) + idx),
+		p: p, idx: idx, inc: inc, key: laneKey(idx, inc),
 		backlog: make([]call, p.cfg.Backlog),
 		kick:    make(chan struct{}, 1),
 		acked:   make(chan struct{}),
 		ended:   make(chan struct{}),
 		reaped:  make(chan struct{}),
 		space:   make(chan struct{}),
+		idle:    make(chan struct{}, 1),
 	}
 }
 
@@ -116,6 +122,7 @@ func (l *lane) start() error {
 	exec := &actors.Executor{
 		Region: l.region, Lane: l.laneBell, Drain: func() { l.drain() },
 		Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex, Panic: cfg.PanicCrashesLane,
+		Timed: l.p.obs.timed(),
 	}
 	go func() {
 		returned := false
@@ -206,12 +213,24 @@ func (l *lane) accept(c *call) {
 	c.lane.Store(l.key)
 	if l.proc != nil {
 		bit := int32(-1)
-		if c.cancellable {
+		if c.done != nil {
 			bit = l.proc.allocAbort(c.def.Index(), c.id)
+			select {
+			case <-c.done:
+				// The caller gave up while the call looked for a lane (a Go future's
+				// context, or a call run again after its lane died): its expiry may have
+				// looked for the call on no lane or another one, so raise the bit here, or
+				// the task would run on until its lane dies.
+				l.raiseAbortLocked(bit)
+			default:
+			}
 		}
 		c.abort.Store(bit)
 	}
 	l.inflight.Add(1)
+	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
+		l.countCall(max)
+	}
 }
 
 var errLaneGone = errors.New("lane not ready")
@@ -238,6 +257,7 @@ func (l *lane) publish(slot int, c call) bool {
 	s.SetAbort(uint32(c.abort.Load() + 1))
 	l.seq++
 	s.SetSeq(l.seq)
+	s.SetDeadline(c.deadline)
 	c.seq.Store(l.seq)
 	l.req.Stage(slot)
 	return true
@@ -350,8 +370,10 @@ func (l *lane) settle(i int) error {
 		}
 	}
 	// The lane counts as idle before the caller wakes, so a balancer sees it free.
-	l.inflight.Add(-1)
-	if err := l.p.byIndex[fn].SettleResult(l.p.id, l.key, s.Call(), s.Gen(), o, payload, l.proc == nil, l); err != nil {
+	if l.inflight.Add(-1) == 0 && l.state.Load() == laneRetiring {
+		l.retireIdle()
+	}
+	if err := l.p.byIndex[fn].SettleResult(l.p.id, l.key, s.Call(), s.Gen(), o, payload, l.proc == nil, s.Seq(), l); err != nil {
 		l.inflight.Add(1)
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
 	}
@@ -478,8 +500,12 @@ func (l *lane) linger() (settled bool) {
 	p.spinning.Store(false)
 	// Other reapers stood aside while this one lingered: wake those whose lanes have a
 	// caller waiting (their own kick may have come while the token was taken).
-	for i := range p.lanes {
-		if o := p.lanes[i].Load(); o != nil && o != l && o.waiters.Load() > 0 {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if o := s.cur.Load(); o != nil && o != l && o.waiters.Load() > 0 {
+			o.kickReaper()
+		}
+		if o := s.old.Load(); o != nil && o != l && o.waiters.Load() > 0 {
 			o.kickReaper()
 		}
 	}
@@ -628,9 +654,16 @@ func (l *lane) Ended() <-chan struct{} {
 	return l.ended
 }
 
-// Open implements supervisor.Worker: the lane takes calls from now on.
+// Open implements supervisor.Worker: the lane takes calls from now on. When the
+// incarnation it follows has not ended, this one replaces it in a recycle: the recycled one
+// stays findable (results, aborts, hard timeouts, Close's drain) until it has retired.
 func (l *lane) Open() {
-	l.p.lanes[l.idx].Store(l)
+	s := &l.p.slots[l.idx]
+	if prev := s.cur.Load(); prev != nil && prev != l && !isClosed(prev.ended) {
+		s.old.Store(prev)
+	}
+	s.cur.Store(l)
+	l.p.obs.opened(l)
 	l.p.signal()
 }
 

@@ -252,8 +252,10 @@ func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
-		Shm: rendezvous, Limits: l.p.limits.boot,
+		Carry: cfg.Propagator != nil,
+		Shm:   rendezvous, Limits: l.p.limits.boot,
 	}
+	boot.Sandbox = laneSandbox(cfg)
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
 	}
@@ -366,6 +368,7 @@ func (l *lane) kill(why lifecycle.Exit) {
 	pl.killMu.Lock()
 	if pl.killed.Startup == 0 && pl.killed.Handoff == nil && pl.killed.HardTimeout == "" && pl.killed.Corrupt == nil && pl.killed.Unresponsive == "" {
 		pl.killed = why
+		l.p.obs.killed(l.idx, "SIGKILL", killReason(why))
 	}
 	pl.killMu.Unlock()
 	_ = syscall.Kill(-pl.pid, syscall.SIGKILL)
@@ -474,6 +477,15 @@ func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.proc == nil || l.unmapped || bit < 0 || int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != abortOwner(fn, id) {
+		return
+	}
+	l.raiseAbortLocked(bit)
+}
+
+// raiseAbortLocked sets abort bit bit (when it is one: -1 is none) and rings the lane's
+// abort doorbell; mu is held.
+func (l *lane) raiseAbortLocked(bit int32) {
+	if bit < 0 {
 		return
 	}
 	l.region.Aborts().Set(int(bit))

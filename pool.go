@@ -37,7 +37,8 @@ type Pool struct {
 	laneDebug string
 	id        uint64
 	epoch     time.Time
-	lanes     []atomic.Pointer[lane] // each lane's current incarnation
+	slots     []laneSlot   // maxLanes of them; [0, size) are the pool's lanes (resize.go)
+	size      atomic.Int32 // lanes in use, retiring ones included
 	tree      *supervisor.Tree
 	defs      []actors.Def // the pool's tasks
 	byIndex   []actors.Def // registry index → task, nil for tasks not in the pool
@@ -58,7 +59,10 @@ type Pool struct {
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
 	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
-	spares spares // process lanes started ahead for restarts
+	spares spares      // process lanes started ahead for restarts
+	up     atomic.Bool // the first boot is over: starts may take spares (resize.go)
+
+	resizeMu sync.Mutex // serialises Resize
 
 	stopWatch chan struct{} // closed by Close once the lanes are stopped
 	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
@@ -71,6 +75,13 @@ type Pool struct {
 	closeOnce sync.Once
 	closeDone chan struct{}
 	closeErr  error
+
+	eventLog eventRing // the last lifecycle events, for the inspector
+	obs      *monitor  // latency windows, lane totals, metric instruments (nil: none)
+	// Events() buffers from its first call (evWanted); before it, recent holds the last
+	// transitions for it to deliver first (under evMu).
+	evWanted atomic.Bool
+	recent   []Event
 
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 }
@@ -97,7 +108,11 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	cfg = cfg.withDefaults()
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
-		lanes: make([]atomic.Pointer[lane], cfg.Lanes), events: make(chan Event, cfg.EventBuffer)}
+		slots: make([]laneSlot, maxLanes)}
+	if cfg.Lanes > maxLanes {
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
+	}
+	p.size.Store(int32(cfg.Lanes))
 	debug := logging.DebugFromEnv()
 	p.root = logging.New(cfg.Logger, debug)
 	switch {
@@ -127,6 +142,14 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if err := checkPortable(cfg, p.defs); err != nil {
 		return nil, err
 	}
+	if err := checkSandbox(cfg, p.log); err != nil {
+		return nil, err
+	}
+	obs, err := newMonitor(p)
+	if err != nil {
+		return nil, err
+	}
+	p.obs = obs
 	if cfg.Runtime == Process {
 		if err := p.openLimits(); err != nil {
 			return nil, err
@@ -141,6 +164,11 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 				return nil, err
 			}
 			w.Open()
+		}
+		if err := p.startObserving(); err != nil {
+			p.stopLanes()
+			p.closeLimits()
+			return nil, err
 		}
 		return p, nil
 	}
@@ -157,12 +185,17 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.tree = tree
+	p.up.Store(true)
 	if cfg.Runtime == Process {
 		p.refillSpares()
-		if cfg.Liveness > 0 {
+		if cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0 {
 			p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
 			go p.watchdog(p.stopWatch, p.watchDone)
 		}
+	}
+	if err := p.startObserving(); err != nil {
+		_ = p.Close(context.Background())
+		return nil, err
 	}
 	p.log.Debug("pool started", zap.Int("lanes", cfg.Lanes), zap.Stringer("runtime", cfg.Runtime))
 	return p, nil
@@ -171,9 +204,12 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 // PID is the pool's supervisor actor, for application actors that watch it.
 func (p *Pool) PID() *actor.PID { return p.tree.PID() }
 
-// Events delivers every lifecycle transition, in order, until the pool is closed. Events
-// that find the channel full are dropped and counted (Config.OnEvent drops none).
-func (p *Pool) Events() <-chan Event { return p.events }
+// Events delivers every lifecycle transition, in order, until the pool is closed: first the
+// last ones before its first call (up to 64), then every one. Events that find the channel
+// full are dropped and counted in Stats.DroppedEvents (Config.OnEvent drops none). Until
+// Events is first called, no channel is filled: a program that only uses OnEvent drops
+// nothing.
+func (p *Pool) Events() <-chan Event { return p.subscribe() }
 
 // host is the pool as the supervision tree sees it.
 type host struct{ p *Pool }
@@ -213,12 +249,24 @@ func (h host) Event(e Event) {
 	if e.To == StateCrashLoopBackoff {
 		p.signal() // calls that fail fast stop waiting
 	}
+	p.eventLog.add(e)
+	p.obs.event(e)
+	p.buffer(e) // before OnEvent: what OnEvent has seen, a first Events call delivers
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(e)
 	}
+}
+
+// buffer sends e to the Events channel once it has been asked for, and remembers it for a
+// first call until then.
+func (p *Pool) buffer(e Event) {
 	p.evMu.Lock()
 	defer p.evMu.Unlock()
 	if p.evDone {
+		return
+	}
+	if !p.evWanted.Load() {
+		p.remember(e)
 		return
 	}
 	select {
@@ -243,7 +291,7 @@ func eventLevel(e Event) zapcore.Level {
 		return zapcore.WarnLevel
 	case StateDead, StateFailed, StateCrashLoopBackoff:
 		return zapcore.ErrorLevel
-	case StateRestarting:
+	case StateRestarting, StateRecycling, StateRetiring, StateRemoved:
 		return zapcore.InfoLevel
 	case StateBooting, StateReady:
 		if e.Incarnation > 0 {
@@ -282,19 +330,21 @@ func (p *Pool) closeEvents() {
 	defer p.evMu.Unlock()
 	if !p.evDone {
 		p.evDone = true
-		close(p.events)
+		if p.events != nil {
+			close(p.events)
+		}
 	}
 }
 
 // pick chooses a ready lane for a call.
 func (p *Pool) pick() *lane {
-	n := len(p.lanes)
+	n := p.laneCount()
 	switch p.cfg.Balancer {
 	case LeastLoaded:
 		return p.leastLoaded()
 	case FirstIdle, FirstIdleOrRandom:
-		for i := range p.lanes {
-			if l := p.lanes[i].Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
+		for i := range n {
+			if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
 				return l
 			}
 		}
@@ -306,7 +356,7 @@ func (p *Pool) pick() *lane {
 		start = int(p.rr.Add(1)) % n
 	}
 	for k := range n {
-		if l := p.lanes[(start+k)%n].Load(); l != nil && l.state.Load() == laneReady {
+		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.state.Load() == laneReady {
 			return l
 		}
 	}
@@ -318,8 +368,8 @@ func (p *Pool) pick() *lane {
 func (p *Pool) leastLoaded() *lane {
 	var best *lane
 	bestLoad := int32(0)
-	for i := range p.lanes {
-		l := p.lanes[i].Load()
+	for i := range p.laneCount() {
+		l := p.slots[i].cur.Load()
 		if l == nil || l.state.Load() != laneReady {
 			continue
 		}
@@ -334,16 +384,20 @@ func (p *Pool) leastLoaded() *lane {
 	return best
 }
 
-// laneByKey is the lane incarnation a record names, if it is still the current one.
+// laneByKey is the lane incarnation a record names, if it is the current one or a recycled
+// one still finishing its calls.
 func (p *Pool) laneByKey(key int32) *lane {
-	if key < 0 {
+	if key < 0 || int(key)%maxLanes >= p.laneCount() {
 		return nil
 	}
-	l := p.lanes[int(key)%len(p.lanes)].Load()
-	if l == nil || l.key != key {
-		return nil
+	s := &p.slots[int(key)%maxLanes]
+	if l := s.cur.Load(); l != nil && l.key == key {
+		return l
 	}
-	return l
+	if l := s.old.Load(); l != nil && l.key == key {
+		return l
+	}
+	return nil
 }
 
 // dispatch hands a call to a lane and returns the lane it went to. With no lane ready (they
@@ -359,6 +413,11 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: e.Message}
 			}
 			changed := p.changes()
+			if p.closing.Load() {
+				// Close may have begun (and stopped every lane) since the check above: its
+				// signal came before this changed, so nothing else would wake us.
+				return nil, errClosed
+			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
 					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(),
@@ -402,9 +461,14 @@ func (p *Pool) requeue(r actors.Retry) bool {
 		return false
 	}
 	p.requeued.Add(1) // the call is the pool's while it looks for a lane
-	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, cancellable: r.Ctx.Done() != nil}
+	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, done: r.Ctx.Done()}
+	if d, ok := r.Ctx.Deadline(); ok && p.cfg.Runtime == Process {
+		c.deadline = d.UnixNano()
+	}
 	go func() {
-		if _, err := p.dispatch(r.Ctx, c); err != nil {
+		if r.Ctx.Err() != nil { // its caller gave up: running it again would be for nobody
+			r.Fail(ctxError(r.Ctx, r.Def))
+		} else if _, err := p.dispatch(r.Ctx, c); err != nil {
 			r.Fail(err)
 		}
 		p.requeued.Add(-1)
@@ -439,8 +503,12 @@ func (p *Pool) idle() bool {
 	if p.requeued.Load() != 0 {
 		return false
 	}
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil && l.inflight.Load() != 0 {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil && l.inflight.Load() != 0 {
+			return false
+		}
+		if l := s.old.Load(); l != nil && l.inflight.Load() != 0 {
 			return false
 		}
 	}
@@ -448,8 +516,12 @@ func (p *Pool) idle() bool {
 }
 
 func (p *Pool) wakeReapers() {
-	for i := range p.lanes {
-		if l := p.lanes[i].Load(); l != nil {
+	for i := range p.laneCount() {
+		s := &p.slots[i]
+		if l := s.cur.Load(); l != nil {
+			l.wakeReaper()
+		}
+		if l := s.old.Load(); l != nil {
 			l.wakeReaper()
 		}
 	}
@@ -485,6 +557,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		}
 		p.closeSpares()
 		p.closeLimits()
+		p.stopObserving()
 		p.closeEvents()
 		if len(unacked) > 0 {
 			what := "abandoned"
@@ -505,8 +578,8 @@ func (p *Pool) Close(ctx context.Context) error {
 
 // stopLanes stops the lanes of an unsupervised pool in reverse order.
 func (p *Pool) stopLanes() (unacked []int) {
-	for i := len(p.lanes) - 1; i >= 0; i-- {
-		if l := p.lanes[i].Load(); l != nil && !l.Stop() {
+	for i := p.laneCount() - 1; i >= 0; i-- {
+		if l := p.slots[i].cur.Load(); l != nil && !l.Stop() {
 			unacked = append(unacked, i)
 		}
 	}
@@ -534,13 +607,17 @@ func (l *lane) stop() bool {
 	acked := waitFor(cfg.StopAckTimeout, l.ended, l.acked)
 	switch {
 	case l.proc == nil && !acked:
+		l.p.obs.stopTimedOut(l.idx)
 		l.debug("stop not acknowledged: abandoning the lane", zap.Duration("waited", cfg.StopAckTimeout))
 		l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
 	case l.proc != nil && !acked:
 		l.debug("stop not acknowledged: SIGTERM to the process group", zap.Duration("waited", cfg.StopAckTimeout))
+		l.p.obs.stopTimedOut(l.idx)
+		l.p.obs.killed(l.idx, "SIGTERM", "stop_timeout")
 		_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
 		if !waitFor(cfg.KillGrace, l.ended) {
 			l.debug("still running after SIGTERM: SIGKILL", zap.Duration("grace", cfg.KillGrace))
+			l.p.obs.killed(l.idx, "SIGKILL", "stop_timeout")
 			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
 		}
 	case l.proc != nil:
@@ -549,6 +626,7 @@ func (l *lane) stop() bool {
 		// still reaped.
 		if !waitFor(cfg.KillGrace, l.ended) {
 			l.debug("acknowledged but still running: SIGKILL", zap.Duration("grace", cfg.KillGrace))
+			l.p.obs.killed(l.idx, "SIGKILL", "exit_timeout")
 			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
 		}
 	default:
@@ -579,13 +657,20 @@ func waitFor(d time.Duration, cs ...<-chan struct{}) bool {
 type LaneStats struct {
 	Lane        int
 	State       State
-	Incarnation int // 0 for the first start, one more per restart
+	Incarnation int // 0 for the first start, then higher with each restart or recycle
 	Restarts    int
 	InFlight    int    // calls on the lane, including its backlog
 	Queued      int    // calls in its backlog
 	Completed   uint64 // by its current incarnation
 	Failed      uint64 // by its current incarnation
 	PID         int    // the lane's process (process lanes)
+	// Across the slot's incarnations (Restarts is, too): calls completed and failed by all
+	// of them, and how many crashed (ended with a crash code: not a stop, an exit or a
+	// failed start).
+	TotalCompleted uint64
+	TotalFailed    uint64
+	Crashes        int
+	Recycles       int // planned replacements (MaxCallsPerLane, MaxLaneMemory)
 }
 
 func (l *lane) pid() int {
@@ -606,6 +691,8 @@ type Stats struct {
 	// Limits is what enforces ProcessConfig.Limits: a cgroup per lane process (v1 or v2),
 	// or rlimits only; "" for goroutine lanes.
 	Limits LimitMechanism
+	// Tasks is the recent latency of each task's calls (with Config.LatencyWindow).
+	Tasks []TaskStats
 }
 
 // Stats returns a snapshot of the pool's lanes.
@@ -613,14 +700,15 @@ func (p *Pool) Stats() Stats {
 	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
 		DroppedEvents: p.dropped.Load(), Spares: p.sparePIDs()}
 	s.Limits = p.limits.mechanism
-	for i := range p.lanes {
+	for i := range p.laneCount() {
 		ls := LaneStats{Lane: i}
 		if p.tree != nil {
 			ls.State, ls.Incarnation, ls.Restarts = p.tree.LaneState(i)
+			ls.Recycles = p.tree.Recycles(i)
 		}
 		// Between a new incarnation's booting and its ready, the lane pointer still names
 		// the old one: its PID and counters are not this incarnation's.
-		if l := p.lanes[i].Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
+		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
 			var st fastpath.StatsSnapshot
 			l.mu.Lock()
 			switch {
@@ -633,7 +721,9 @@ func (p *Pool) Stats() Stats {
 			ls.InFlight, ls.Queued = int(l.inflight.Load()), int(l.queued.Load())
 			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.pid()
 		}
+		p.totalsOf(i, &ls)
 		s.Lanes = append(s.Lanes, ls)
 	}
+	s.Tasks = p.taskStats()
 	return s
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -21,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	knit.Main()
+	knit.Main(knit.WithPropagator(propagation.TraceContext{}))
 	if _, ok := os.LookupEnv("GORACE"); !ok {
 		// Race-built lanes would sleep 1 s at every exit: Close would wait for it.
 		os.Setenv("GORACE", "atexit_sleep_ms=0")

@@ -36,9 +36,10 @@ type spares struct {
 }
 
 // takeSpare hands a restart a living spare, if one is waiting. First starts never take one:
-// they start together, and a spare is only started once the pool is up.
+// they start together, and a spare is only started once the pool is up. (Lanes added by
+// Resize, whose incarnation is 0 too, start once it is up.)
 func (p *Pool) takeSpare(inc int) *spare {
-	if inc == 0 {
+	if inc == 0 && !p.up.Load() {
 		return nil
 	}
 	s := &p.spares

@@ -12,21 +12,28 @@ import (
 	"github.com/knitgo/knit/lifecycle"
 )
 
-// watchdog looks after a process pool's lanes every Liveness/3, whatever the calls do: it
+// watchdog looks after a process pool's lanes every Liveness/3, whatever the calls do (with
+// Liveness off and MaxLaneMemory set, every second, for the memory alone): it
 // drains every return ring, so that a result whose doorbell was lost (a lane that closed or
 // replaced its descriptors) still settles; it moves backlogs into free slots; and it kills a
 // lane whose heartbeat has stood still for Liveness (SIGSTOP, a stuck runtime): its calls
-// settle and the supervisor restarts it.
+// settle and the supervisor restarts it. It samples each lane's resident memory for
+// MaxLaneMemory (checkMemory). Recycled incarnations finishing their calls are looked after
+// too.
 func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(p.cfg.Liveness / 3)
+	tick := p.cfg.Liveness / beatsPerLiveness
+	if tick <= 0 { // the watchdog runs for MaxLaneMemory alone
+		tick = defaultLiveness / beatsPerLiveness
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	type seen struct {
 		l    *lane
 		beat uint32
 		at   time.Time
 	}
-	last := make([]seen, len(p.lanes))
+	var last, lastOld []seen // per lane slot: its current and its recycled incarnation
 	for {
 		select {
 		case <-stop:
@@ -34,27 +41,44 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 		case <-t.C:
 		}
 		now := time.Now()
-		for i := range p.lanes {
-			l := p.lanes[i].Load()
-			if l == nil || l.proc == nil || l.state.Load() != laneReady {
-				continue
-			}
-			l.drain()
-			if l.queued.Load() > 0 {
-				l.flush() // a backlog is moved on submit and after results: never left behind
-			}
-			beat, ok := l.heartbeat()
-			if !ok {
-				continue
-			}
-			s := &last[i]
-			if s.l != l || s.beat != beat {
-				*s = seen{l: l, beat: beat, at: now}
-				continue
-			}
-			if still := now.Sub(s.at); still >= p.cfg.Liveness {
-				l.debug("heartbeat stood still: killing the lane", zap.Duration("still", still))
-				l.kill(lifecycle.Exit{Unresponsive: fmt.Sprintf("no heartbeat for %v", still.Round(time.Millisecond))})
+		n := p.laneCount()
+		for len(last) < n {
+			last, lastOld = append(last, seen{}), append(lastOld, seen{})
+		}
+		for i := range n {
+			for k, l := range [2]*lane{p.slots[i].cur.Load(), p.slots[i].old.Load()} {
+				if l == nil || l.proc == nil {
+					continue
+				}
+				if st := l.state.Load(); st != laneReady && st != laneRetiring {
+					continue
+				}
+				l.drain()
+				if l.queued.Load() > 0 {
+					l.flush() // a backlog is moved on submit and after results: never left behind
+				}
+				if k == 0 {
+					p.checkMemory(l)
+				}
+				if p.cfg.Liveness <= 0 {
+					continue
+				}
+				beat, ok := l.heartbeat()
+				if !ok {
+					continue
+				}
+				s := &last[i]
+				if k == 1 {
+					s = &lastOld[i]
+				}
+				if s.l != l || s.beat != beat {
+					*s = seen{l: l, beat: beat, at: now}
+					continue
+				}
+				if still := now.Sub(s.at); still >= p.cfg.Liveness {
+					l.debug("heartbeat stood still: killing the lane", zap.Duration("still", still))
+					l.kill(lifecycle.Exit{Unresponsive: fmt.Sprintf("no heartbeat for %v", still.Round(time.Millisecond))})
+				}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/internal/spin"
 )
 
@@ -31,11 +32,17 @@ type Executor struct {
 	// MaxCall bounds an encoded result; a larger one fails its call with
 	// PAYLOAD_TOO_LARGE (process lanes; 0: the arena size).
 	MaxCall int
-	// Context, if set, gives an encoded call its context from its abort bit (-1: none),
-	// and a function to call when the call ends.
-	Context func(abortBit int) (context.Context, func())
+	// Context, if set, gives an encoded call its context from its abort bit (-1: none), its
+	// caller's deadline (Unix nanoseconds, 0: none) and its carried context fields (see
+	// AppendCarried), and a function to call when the call ends.
+	Context func(abortBit int, deadline int64, carried []byte) (context.Context, func())
+	// Carried: every encoded input opens with carried context fields.
+	Carried bool
 	// Panic makes a task panic end Run with the *PanicError (PanicCrashesLane).
 	Panic bool
+	// Timed makes the lane time each call and report it in its result slot's sequence field
+	// (nanoseconds), which the host's metrics split from the time the call waited.
+	Timed bool
 
 	scratch []byte
 }
@@ -43,6 +50,7 @@ type Executor struct {
 type work struct {
 	fn, id, gen, abort uint32
 	seq                uint64 // the host's sequence number of the call on this lane
+	deadline           int64  // the caller's deadline, Unix nanoseconds (0: none)
 }
 
 // Run serves calls until the host requests a stop, which it acknowledges after finishing
@@ -84,7 +92,7 @@ func (e *Executor) Run() error {
 			i := req.Next(m)
 			m &^= 1 << i
 			s := req.Slot(i)
-			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq()}
+			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq(), deadline: s.Deadline()}
 			if !e.Local {
 				p, err := req.Payload(i)
 				if err != nil {
@@ -109,10 +117,22 @@ func (e *Executor) Run() error {
 			running.Store(fastpath.RunningWord(w.seq, true))
 			var out []byte
 			var o Outcome
+			var began time.Duration
+			if e.Timed {
+				began = latency.Now()
+			}
 			if e.Local {
 				o = t.RunLocal(w.id, w.gen)
 			} else {
-				out, o = e.runEncoded(t, inputs[k], int(w.abort)-1)
+				var err error
+				out, o, err = e.runEncoded(t, inputs[k], int(w.abort)-1, w.deadline)
+				if err != nil {
+					return err
+				}
+			}
+			var ran uint64
+			if e.Timed {
+				ran = uint64(max(latency.Now()-began, 1))
 			}
 			if o == Panicked && e.Panic {
 				return e.panicOf(t, w.id, out)
@@ -129,6 +149,9 @@ func (e *Executor) Run() error {
 			rs.SetCall(w.id, w.gen)
 			rs.SetAbort(w.abort)
 			rs.SetFlags(uint32(o))
+			if e.Timed {
+				rs.SetSeq(ran)
+			}
 			// Each result is published as soon as it exists: a result that waited for the
 			// rest of its burst would be lost with the lane, and its call with it.
 			ret.Publish(j)
@@ -140,9 +163,10 @@ func (e *Executor) Run() error {
 // signal lets the host know results are waiting: a goroutine lane settles them itself, a
 // process lane rings the completion doorbell if the host sleeps on it.
 func (e *Executor) signal() {
-	if e.Drain != nil {
+	switch {
+	case e.Drain != nil:
 		e.Drain()
-	} else {
+	case e.Done != nil: // nil: never rung, even when the host has armed the doorbell
 		e.Region.Returns().Completion().Signal(e.Done)
 	}
 }
@@ -157,10 +181,17 @@ func (e *Executor) panicOf(t Def, id uint32, out []byte) error {
 }
 
 // runEncoded runs a call of a process lane: decode, run under the call's context, encode.
-func (e *Executor) runEncoded(t Def, in []byte, abortBit int) ([]byte, Outcome) {
+func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([]byte, Outcome, error) {
+	var carried []byte
+	if e.Carried {
+		var err error
+		if carried, in, err = SplitCarried(in); err != nil {
+			return nil, 0, fmt.Errorf("%w: %w", fastpath.ErrCorrupt, err)
+		}
+	}
 	ctx, end := context.Background(), func() {}
 	if e.Context != nil {
-		ctx, end = e.Context(abortBit)
+		ctx, end = e.Context(abortBit, deadline, carried)
 	}
 	out, o := t.RunEncoded(ctx, in, e.scratch[:0])
 	end()
@@ -176,10 +207,11 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int) ([]byte, Outcome) 
 		}
 	}
 	if len(out) > limit {
+		// The report must fit too: one that did not would be retried in reserve forever.
 		msg := fmt.Sprintf("result of %d bytes is over the %d-byte limit", len(out), limit)
-		return EncodeWireError(e.scratch[:0], CodePayloadTooLarge, msg), BadOutput
+		return FitWireError(e.scratch[:0], WireError{Code: CodePayloadTooLarge, Message: msg}, limit), BadOutput, nil
 	}
-	return out, o
+	return out, o, nil
 }
 
 // reserve waits for a return slot and room for n bytes. The host drains results

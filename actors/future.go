@@ -89,12 +89,14 @@ func (r *Record[In, Out]) settleFuture() {
 	if f.count != nil {
 		f.count.Add(-1)
 	}
-	if f.cancel != nil {
-		f.cancel()
-	}
+	// Stop the hook before cancelling: cancel ends the context the hook waits on (a task's
+	// Timeout), which would start the hook on a call that has already settled.
 	f.mu.Lock()
 	stopped := f.stop != nil && f.stop()
 	f.mu.Unlock()
+	if f.cancel != nil {
+		f.cancel()
+	}
 	if stopped {
 		r.table.Release(r)
 	}

@@ -57,7 +57,9 @@ type Def interface {
 	// the lane's reference. local means the lane already left its result on the record;
 	// otherwise payload is decoded. An error means the result names no call of owner that
 	// lane holds: the lane that wrote it is broken (or hostile), and nothing was settled.
-	SettleResult(owner uint64, lane int32, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error
+	// ran is how long the call ran on the lane in nanoseconds, as the lane reports it (0:
+	// not timed), for the pool's Observer.
+	SettleResult(owner uint64, lane int32, id, gen uint32, o Outcome, payload []byte, local bool, ran uint64, w Wrapper) error
 	// FailLane settles every call of e.Owner that lane e.Lane holds and reports how many it
 	// held: calls that had not started run again elsewhere, whatever their task; calls that
 	// had started fail, or run again once if their task is Idempotent (see LaneEnd).
@@ -218,6 +220,7 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 		panic(fmt.Sprintf("knit: task %q is defined twice; task names must be unique", name))
 	}
 	t.index = uint32(len(registry.list))
+	t.Records.task = t.index
 	registry.byName[name] = t
 	registry.list = append(registry.list, t)
 	return t
@@ -358,6 +361,10 @@ type Record[In, Out any] struct {
 	fut   *Future[Out]
 	table *Table[In, Out]
 	next  *Record[In, Out]
+	// obs, if set, is told when the call settles; Begun is when it was submitted (the
+	// observer's clock).
+	obs   Observer
+	Begun int64
 }
 
 // Record states.
@@ -383,6 +390,19 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 	r.state.Store(statePending)
 }
 
+// Observe has obs told when the call settles; begun is when it was submitted, on obs's
+// clock. A call with no observer costs nothing more.
+func (r *Record[In, Out]) Observe(obs Observer, begun int64) {
+	r.obs, r.Begun = obs, begun
+}
+
+// Observer is told of every call that settles (a pool's metrics): its task's registry index,
+// its error (nil: it succeeded), when it was submitted and how long it ran on its lane in
+// nanoseconds (0: unknown; a lane's report: hostile). It must not block or allocate.
+type Observer interface {
+	Settled(task uint32, err error, begun int64, ran uint64)
+}
+
 // Ctx is the caller's context.
 func (r *Record[In, Out]) Ctx() context.Context { return r.ctx }
 
@@ -391,22 +411,28 @@ func (r *Record[In, Out]) Pending() bool { return r.state.Load() == statePending
 
 // SettleLane ends the call with the lane's result (LaneOut, and err for a failed call). Only
 // the first settle of a call wins; it reports whether this one did.
-func (r *Record[In, Out]) SettleLane(err error) bool { return r.finish(r.LaneOut, err) }
+func (r *Record[In, Out]) SettleLane(err error) bool { return r.finish(r.LaneOut, err, 0) }
+
+// settleRan is SettleLane for a call that ran for ran nanoseconds, as its lane reports.
+func (r *Record[In, Out]) settleRan(err error, ran uint64) bool { return r.finish(r.LaneOut, err, ran) }
 
 // Resolve ends the call with v.
-func (r *Record[In, Out]) Resolve(v Out) bool { return r.finish(v, nil) }
+func (r *Record[In, Out]) Resolve(v Out) bool { return r.finish(v, nil, 0) }
 
 // Fail ends the call with err.
 func (r *Record[In, Out]) Fail(err error) bool {
 	var zero Out
-	return r.finish(zero, err)
+	return r.finish(zero, err, 0)
 }
 
-func (r *Record[In, Out]) finish(out Out, err error) bool {
+func (r *Record[In, Out]) finish(out Out, err error, ran uint64) bool {
 	if !r.state.CompareAndSwap(statePending, stateSettling) {
 		return false
 	}
 	r.Out, r.Err = out, err
+	if r.obs != nil { // before the caller wakes: the record is not reused until then
+		r.obs.Settled(r.table.task, err, r.Begun, ran)
+	}
 	r.settled()
 	return true
 }
@@ -426,6 +452,7 @@ func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
 // Table holds a task's records: chunked so that a record never moves and lookups by index
 // take no lock.
 type Table[In, Out any] struct {
+	task   uint32 // the task's registry index
 	mu     sync.Mutex
 	free   *Record[In, Out]
 	n      uint32
@@ -487,7 +514,7 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 	}
 	var zeroIn In
 	var zeroOut Out
-	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil
+	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut, r.obs = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil, nil
 	r.Hard = time.Time{}
 	if cap(r.Enc) > maxKeptEncoding {
 		r.Enc = nil
@@ -516,7 +543,7 @@ func (t *Table[In, Out]) Held(owner uint64, lane int32, f func(r *Record[In, Out
 }
 
 // SettleResult implements Def.
-func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o Outcome, payload []byte, local bool, w Wrapper) error {
+func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o Outcome, payload []byte, local bool, ran uint64, w Wrapper) error {
 	r := t.Records.Get(id)
 	if r == nil || r.Gen.Load() != gen || r.owner.Load() != owner || r.Lane.Load() != lane {
 		return fmt.Errorf("result for call %d/%d of task %q, which this lane does not hold", id, gen, t.name)
@@ -541,7 +568,7 @@ func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o
 				err = w.Wrap(t, o, we)
 			}
 		}
-		r.SettleLane(err)
+		r.settleRan(err, ran)
 	}
 	r.Lane.Store(-1)
 	t.Records.Release(r)

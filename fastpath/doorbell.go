@@ -65,7 +65,14 @@ func (b *ChanBell) Wake(*atomic.Uint32) {
 
 // EventBell rings an eventfd, which the waiting side reads through Go's netpoller: no OS
 // thread is held while it waits. The fd can be inherited by a child process.
-type EventBell struct{ FD *futex.EventFD }
+type EventBell struct{ FD EventFD }
+
+// EventFD is a counter descriptor such as a Linux eventfd: Signal adds one; Wait blocks
+// until the counter is non-zero (then reads and clears it) or the timeout passes.
+type EventFD interface {
+	Signal() error
+	Wait(timeout time.Duration) (uint64, error)
+}
 
 // Wait implements Bell.
 func (b EventBell) Wait(word *atomic.Uint32, seen uint32, timeout time.Duration) {

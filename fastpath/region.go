@@ -23,15 +23,16 @@ const (
 	Magic uint32 = 0x54494e4b
 	// Version 2: the fatal-message area no longer overlaps the boot and part words; the
 	// signal strip carries the heartbeat and running words; slot headers carry a sequence
-	// number.
-	Version uint32 = 2
+	// number. Version 3: slot headers carry the call's deadline (Unix nanoseconds), and a
+	// header holds up to 16 bytes of a value instead of 24.
+	Version uint32 = 3
 )
 
 // Fixed protocol sizes.
 const (
 	Slots       = 32  // slots per ring: one bit each in a 32-bit word
 	HeaderBytes = 64  // slot header: one cache line
-	HeaderData  = 24  // bytes of a header that can carry a fixed-size value
+	HeaderData  = 16  // bytes of a header that can carry a fixed-size value
 	line        = 64  // cache line
 	FatalBytes  = 832 // fatal-message area: the control block's last 13 lines
 	ctrlBytes   = 1024

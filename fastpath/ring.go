@@ -29,7 +29,8 @@ const (
 	hAbort = 24
 	hGen   = 28
 	hSeq   = 32
-	hData  = 40
+	hDL    = 40 // deadline: Unix nanoseconds, 0 for none
+	hData  = 48
 )
 
 var (
@@ -79,6 +80,12 @@ func (s Slot) SetCall(call, gen uint32) { s.put32(hCall, call); s.put32(hGen, ge
 func (s Slot) SetFlags(v uint32)        { s.put32(hFlags, v) }
 func (s Slot) SetAbort(v uint32)        { s.put32(hAbort, v) }
 func (s Slot) SetSeq(v uint64)          { binary.LittleEndian.PutUint64(s.b[hSeq:], v) }
+
+// Deadline is when the caller stops waiting for the call, in Unix nanoseconds (0: never).
+func (s Slot) Deadline() int64 { return int64(binary.LittleEndian.Uint64(s.b[hDL:])) }
+
+// SetDeadline stores the call's deadline in Unix nanoseconds (0: none).
+func (s Slot) SetDeadline(ns int64) { binary.LittleEndian.PutUint64(s.b[hDL:], uint64(ns)) }
 
 // Producer is the only writer of a ring's producer word and the owner of its arena. It is
 // not safe for concurrent use.

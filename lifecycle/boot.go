@@ -13,6 +13,7 @@ import (
 	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +56,8 @@ type Boot struct {
 	Debug       string     `json:"debug,omitempty"`
 	PanicCrash  bool       `json:"panic_crash,omitempty"`
 	Beat        int64      `json:"beat_ns,omitempty"` // heartbeat period (0: none)
+	Carry       bool       `json:"carry,omitempty"`   // inputs open with carried context fields
+	Sandbox     *Sandbox   `json:"sandbox,omitempty"` // applied before the lane serves
 	// Limits are what the lane applies to itself before it serves (nil: nothing, as from a
 	// host older than limits).
 	Limits *BootLimits `json:"limits,omitempty"`
@@ -80,7 +83,7 @@ func IsLane() bool { return os.Getenv(EnvLane) != "" }
 // plain line "knit lane N: reason" it always was (and a crashing panic as the runtime's
 // "panic: ..." text), so that the stderr tail of a startup failure or crash report reads the
 // same whether or not the host parses the JSON lines.
-func Serve() int {
+func Serve(h Hooks) int {
 	if os.Getenv(EnvSpare) != "" {
 		switch err := awaitAssignment(); {
 		case errors.Is(err, errNotNeeded):
@@ -151,8 +154,14 @@ func Serve() int {
 		}
 		ce.Write(zap.Strings("tasks", names))
 	}
+	// The sandbox goes on once the region is mapped (Named collects it over a socket) and
+	// before the lane serves, so that no call runs unconfined.
+	if err := applySandbox(b.Sandbox, log); err != nil {
+		return fail("%v", err)
+	}
 	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
 	aborts := newAbortWatch(region)
+	aborts.prop = h.Propagator
 	exec := &actors.Executor{
 		Region:  region,
 		Lane:    fastpath.FutexBell{},
@@ -162,7 +171,11 @@ func Serve() int {
 		Tasks:   tasks,
 		MaxCall: b.MaxCall,
 		Context: aborts.context,
+		Carried: b.Carry,
 		Panic:   b.PanicCrash,
+		// Two clock reads per call against a round trip of tens of µs: the host's metrics
+		// split run from wait time with them.
+		Timed: true,
 	}
 	region.Boot().Store(fastpath.BootReady)
 	_ = done.Signal() // the host's reaper waits on this doorbell for readiness too
@@ -268,8 +281,9 @@ type abortWatch struct {
 	region  *fastpath.Region
 	mu      sync.Mutex
 	bit     int
-	cancel  context.CancelFunc
+	cancel  func()
 	stopped bool
+	prop    propagation.TextMapPropagator // puts carried fields into a call's context
 	done    chan struct{}
 }
 
@@ -279,25 +293,48 @@ func newAbortWatch(r *fastpath.Region) *abortWatch {
 	return w
 }
 
+// Causes of a process lane's call context ending, for context.Cause in a task.
+var (
+	// ErrCallerDeadline: the caller's deadline (its context's, or the task's Timeout) passed.
+	ErrCallerDeadline = &Error{Code: CodeTimeout, Lane: -1, Message: "the caller's deadline passed",
+		Cause: context.DeadlineExceeded}
+	// ErrCallerCanceled: the caller gave up on the call (its context was cancelled).
+	ErrCallerCanceled = &Error{Code: CodeCanceled, Lane: -1, Message: "the caller cancelled the call",
+		Cause: context.Canceled}
+)
+
 // context returns the context for a call with abort bit bit (or none when bit is not a
-// valid bit) and a function to call when the call ends.
-func (w *abortWatch) context(bit int) (context.Context, func()) {
+// valid bit), the caller's deadline in Unix nanoseconds (0: none) and the carried context
+// fields, and a function to call when the call ends. The context's cause says which of the two ended it.
+func (w *abortWatch) context(bit int, deadline int64, carried []byte) (context.Context, func()) {
+	ctx, stop := context.Background(), func() {}
+	if len(carried) > 0 && w.prop != nil {
+		c := propagation.MapCarrier{}
+		if actors.EachCarried(carried, c.Set) == nil {
+			ctx = w.prop.Extract(ctx, c)
+		}
+	}
+	if deadline != 0 {
+		ctx, stop = context.WithDeadlineCause(ctx, time.Unix(0, deadline), ErrCallerDeadline)
+	}
 	bits := w.region.Aborts()
 	if bit < 0 || bit >= bits.Len() {
-		return context.Background(), func() {}
+		return ctx, stop
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(ctx)
+	abort := func() { cancel(ErrCallerCanceled) }
 	w.mu.Lock()
-	w.bit, w.cancel = bit, cancel
+	w.bit, w.cancel = bit, abort
 	w.mu.Unlock()
 	if bits.Test(bit) { // aborted before it started
-		cancel()
+		abort()
 	}
 	return ctx, func() {
 		w.mu.Lock()
 		w.bit, w.cancel = -1, nil
 		w.mu.Unlock()
-		cancel()
+		cancel(nil)
+		stop()
 	}
 }
 

@@ -30,8 +30,7 @@ const (
 	CodeWorkerUnresponsive Code = "WORKER_UNRESPONSIVE"
 	// CodePoisonCall: a call that was running on two lanes that both died under it; it is
 	// not run a third time.
-	CodePoisonCall       Code = "POISON_CALL"
-	CodeProtocolMismatch Code = "PROTOCOL_MISMATCH"
+	CodePoisonCall Code = "POISON_CALL"
 	// CodeWorkerOutOfMemory: a lane process ran out of memory under its limit: the kernel's
 	// OOM killer killed it in its cgroup, or the Go runtime died with "out of memory" /
 	// "cannot allocate memory" (ProcessConfig.Limits.Memory, or any limit put on it).
@@ -120,8 +119,3 @@ var (
 )
 
 func sentinel(c Code) *Error { return &Error{Code: c, Lane: -1} }
-
-// Errorf builds an Error.
-func Errorf(code Code, lane int, task string, cause error, format string, args ...any) *Error {
-	return &Error{Code: code, Lane: lane, Task: task, Cause: cause, Message: fmt.Sprintf(format, args...)}
-}

@@ -221,15 +221,44 @@ const (
 	Failed
 	New
 	CrashLoopBackoff
+	// Recycling: a planned replacement (Config.MaxCallsPerLane, MaxLaneMemory); the event's
+	// Reason says why. The lane serves on until its next incarnation is ready; then the
+	// recycled incarnation finishes its calls and stops (its later events keep its own
+	// incarnation number).
+	Recycling
+	// Retiring: the lane is being removed (Pool.Resize): it takes no new call, finishes the
+	// ones it holds, then stops.
+	Retiring
+	// Removed: a retired lane is gone from the pool.
+	Removed
 )
 
-var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed", "new", "crash_loop_backoff"}
+var stateNames = [...]string{"booting", "ready", "stopping", "closed", "crashed", "exited", "startup_failed", "restarting", "dead", "failed", "new", "crash_loop_backoff", "recycling", "retiring", "removed"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]
 	}
 	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// MarshalText names the state (JSON carries "ready", not 1).
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a state's name, or state(N) for one without a name.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, name := range stateNames {
+		if string(b) == name {
+			*s = State(i)
+			return nil
+		}
+	}
+	var n int
+	if _, err := fmt.Sscanf(string(b), "state(%d)", &n); err != nil {
+		return fmt.Errorf("supervisor: unknown state %q", b)
+	}
+	*s = State(n)
+	return nil
 }
 
 // Event is one lifecycle transition.

@@ -27,6 +27,10 @@ type Worker interface {
 	// Stop runs the stop protocol (request, acknowledgement timeout, kill) and returns once
 	// the worker has ended; it reports whether the worker acknowledged in time.
 	Stop() (acked bool)
+	// Retire is a graceful Stop: the worker takes no new call, finishes the ones it holds
+	// (or, once hurry is closed, stops at once), then runs the stop protocol. It returns once
+	// the worker has ended.
+	Retire(hurry <-chan struct{}) (acked bool)
 }
 
 // Host is what a tree supervises: the pool.
@@ -89,11 +93,19 @@ type Tree struct {
 	sys    *actor.ActorSystem
 	own    bool
 	pid    *actor.PID
-	lanes  []*laneInfo
+	lanes  []*laneInfo // the pool actor's; others read view
+	view   atomic.Pointer[[]*laneInfo]
 	evMu   sync.Mutex
 	booted chan error
 	closed sync.Once
 	unack  []int
+	// hurry is closed when the tree closes: retiring workers stop waiting for their calls.
+	hurry chan struct{}
+	// stopped is closed once Close has returned.
+	stopped chan struct{}
+	// work counts the goroutines that outlive a lane actor's message: replacements booting
+	// and recycled workers finishing their calls. Close waits for them.
+	work sync.WaitGroup
 }
 
 // laneInfo is what outlives a lane's incarnations.
@@ -108,6 +120,20 @@ type laneInfo struct {
 
 	gen  atomic.Int64 // bumped by the pool actor at every restart it orders
 	boot atomic.Int64 // the generation the pool actor has let boot (its backoff is over)
+
+	recycles int // under mu: planned replacements
+	maxInc   int // under mu: the highest incarnation handed out (never reused)
+	// retiring is set while a recycled incarnation finishes its calls: the lane is not
+	// recycled again before it has ended (it survives lane actor restarts).
+	retiring atomic.Bool
+	// grown: added by Resize; its first boot is supervised like a restart. added is the
+	// reason its first event carries.
+	grown bool
+	added string
+	// removal is Resize's request to retire the lane, under mu: left on the lane as well as
+	// sent, because protoactor may hand the message to a lane actor instance that a restart
+	// is about to replace; the next instance finds it here.
+	removal *retireLane
 
 	// next is the pool actor's decision on an incarnation that is over (restarting or dead),
 	// set under mu before it restarts or stops the lane actor, which records the transition:
@@ -153,6 +179,8 @@ const (
 	stopping             // being stopped so that it restarts with a failed lane
 	waiting              // ended, waiting for its group's restart
 	dead                 // given up, not to be restarted, or closed
+	removing             // retiring for Resize: no longer part of any group
+	removed              // retired, about to leave the lane list
 )
 
 // group is the lanes that restart together after one failure.
@@ -185,7 +213,8 @@ func Start(cfg Config, h Host) (*Tree, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
-	t := &Tree{cfg: cfg, host: h, sys: cfg.System, booted: make(chan error, 1)}
+	t := &Tree{cfg: cfg, host: h, sys: cfg.System, booted: make(chan error, 1),
+		hurry: make(chan struct{}), stopped: make(chan struct{})}
 	if t.sys == nil {
 		// protoactor starts a goroutine per dead-letter burst that lives for the throttle
 		// interval (1 s by default); keep it short so none outlives Close for long.
@@ -198,6 +227,7 @@ func Start(cfg Config, h Host) (*Tree, error) {
 	for i := range cfg.Lanes {
 		t.lanes = append(t.lanes, &laneInfo{idx: i, state: New})
 	}
+	t.publish()
 	pa := &poolActor{t: t, booting: cfg.Lanes}
 	props := actor.PropsFromProducer(func() actor.Actor { return pa }, actor.WithSupervisor(pa))
 	var err error
@@ -222,9 +252,42 @@ func Start(cfg Config, h Host) (*Tree, error) {
 // PID is the pool actor: application actors may watch it.
 func (t *Tree) PID() *actor.PID { return t.pid }
 
-// LaneState is a lane's state, incarnation and number of restarts.
+// publish makes the pool actor's lane list the one others read.
+func (t *Tree) publish() {
+	v := slices.Clone(t.lanes)
+	t.view.Store(&v)
+}
+
+// lane is lane i as others than the pool actor see it (nil: no such lane).
+func (t *Tree) lane(i int) *laneInfo {
+	v := *t.view.Load()
+	if i < 0 || i >= len(v) {
+		return nil
+	}
+	return v[i]
+}
+
+// Lanes is how many lanes the tree has, retiring ones included.
+func (t *Tree) Lanes() int { return len(*t.view.Load()) }
+
+// Recycles is how many planned replacements lane i has had.
+func (t *Tree) Recycles(i int) int {
+	ln := t.lane(i)
+	if ln == nil {
+		return 0
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.recycles
+}
+
+// LaneState is a lane's state, incarnation and number of restarts (New for a lane the tree
+// does not have, or no longer has).
 func (t *Tree) LaneState(i int) (State, int, int) {
-	ln := t.lanes[i]
+	ln := t.lane(i)
+	if ln == nil {
+		return New, 0, 0
+	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	return ln.state, ln.incarnation, ln.restarts
@@ -235,7 +298,7 @@ func (t *Tree) LaneState(i int) (State, int, int) {
 // calls then instead of letting them wait up to Backoff.CrashLoopMax.
 func (t *Tree) AllBackingOff() bool {
 	some := false
-	for _, ln := range t.lanes {
+	for _, ln := range *t.view.Load() {
 		ln.mu.Lock()
 		s := ln.state
 		ln.mu.Unlock()
@@ -254,21 +317,94 @@ func (t *Tree) AllBackingOff() bool {
 // actors. It returns the lanes that did not acknowledge their stop request. Idempotent.
 func (t *Tree) Close() (unacked []int) {
 	t.closed.Do(func() {
+		close(t.hurry)
 		done := make(chan []int, 1)
 		t.sys.Root.Send(t.pid, &closeTree{done: done})
 		t.unack = <-done
 		_ = t.sys.Root.StopFuture(t.pid).Wait()
+		t.work.Wait()
 		if t.own {
 			t.sys.Shutdown()
 		}
+		close(t.stopped)
 	})
 	return t.unack
 }
 
-func (t *Tree) incarnation(ln *laneInfo) int {
+// Recycle asks for a planned replacement of incarnation inc of lane i: its next incarnation
+// boots while it serves on, takes its place once ready, and then the recycled one finishes
+// its calls and stops (Worker.Retire). It does not wait; a request for an incarnation that
+// is no longer current, or for a lane that is already being replaced, is dropped (one for a
+// lane whose previous recycled incarnation is still finishing waits for it).
+func (t *Tree) Recycle(i, inc int, reason string) {
+	select {
+	case <-t.hurry:
+		return
+	default:
+	}
+	t.sys.Root.Send(t.pid, &recycleReq{lane: i, inc: inc, reason: reason})
+}
+
+// ErrClosed is Resize's error once Close has begun.
+var ErrClosed = errors.New("supervisor: the tree is closing")
+
+// Resize sets the number of lanes to n (at least 1). New lanes get lane actors and boot at
+// once (their first boot supervised like a restart); Resize returns once they are spawned,
+// not once they are ready. Removed lanes are the highest ones: each takes no new call,
+// finishes what it holds (Worker.Retire) and stops; Resize returns once all have stopped
+// and left the tree; once hurry is closed (or Close begins), they stop at once instead of
+// finishing their calls. Callers serialise Resize; Close may run at any time, and Resize then
+// returns ErrClosed.
+func (t *Tree) Resize(n int, hurry <-chan struct{}) error {
+	if n < 1 {
+		return fmt.Errorf("supervisor: cannot resize to %d lanes", n)
+	}
+	select {
+	case <-t.hurry:
+		return ErrClosed
+	default:
+	}
+	done, h := make(chan error, 1), make(chan struct{})
+	hurried := false
+	defer func() {
+		if !hurried {
+			close(h)
+		}
+	}()
+	t.sys.Root.Send(t.pid, &resizeTree{n: n, done: done, hurry: h})
+	closing := t.hurry
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.stopped: // closed before the pool actor saw the request
+			return ErrClosed
+		case <-hurry:
+		case <-closing:
+		}
+		if !hurried {
+			close(h)
+			hurried = true
+		}
+		hurry, closing = nil, nil
+	}
+}
+
+// newInc hands out lane ln's next incarnation number: one more than any before it, so that
+// no two incarnations of a lane share one (a recycle boots one while another serves).
+func (t *Tree) newInc(ln *laneInfo) int {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	return ln.incarnation
+	ln.maxInc++
+	return ln.maxInc
+}
+
+// note reports a transition of an incarnation that is not the lane's current one (a
+// recycled incarnation finishing, a replacement booting): the lane's state is left alone.
+func (t *Tree) note(lane, inc int, from, to State, code lifecycle.Code, reason string) {
+	t.evMu.Lock()
+	defer t.evMu.Unlock()
+	t.host.Event(Event{Lane: lane, Incarnation: inc, From: from, To: to, Code: code, Reason: reason, Time: t.cfg.Clock.Now()})
 }
 
 // Failure is what a lane actor escalates to the pool actor when its lane ends on its own.
@@ -288,7 +424,7 @@ type (
 		w   Worker
 		err error
 	}
-	ended    struct{}
+	ended    struct{ w Worker }
 	stopDone struct{ acked bool }
 	stopLane struct{ gen int64 }
 	laneUp   struct{ lane int } // a first boot succeeded
@@ -304,7 +440,39 @@ type (
 	restartGo struct{ g *group }
 	bootLane  struct{} // a restarted lane actor's go-ahead, once its group's backoff is over
 	closeTree struct{ done chan []int }
+
+	recycleReq struct { // Tree.Recycle, to the pool actor
+		lane, inc int
+		reason    string
+	}
+	recycleLane struct { // to the lane actor
+		inc    int
+		reason string
+	}
+	replaced   struct{ r *replacement } // a replacement's boot is over
+	retired    struct{}                 // a recycled incarnation has ended
+	retireLane struct {                 // Resize removes the lane
+		gen    int64
+		reason string
+		hurry  chan struct{}
+	}
+	resizeTree struct {
+		n     int
+		done  chan error
+		hurry chan struct{} // closed when retiring lanes are to stop at once
+	}
 )
+
+// replacement is a recycle's next incarnation, booting while the current one serves. Its
+// boot goroutine and the lane actor settle who owns it with claim: the actor takes it
+// (1), or whoever comes first refuses it (2) and the goroutine stops it.
+type replacement struct {
+	inc     int
+	w       Worker
+	err     error
+	claim   atomic.Int32
+	decided chan struct{}
+}
 
 // laneActor owns one incarnation at a time; protoactor makes a fresh one per restart.
 type laneActor struct {
@@ -320,6 +488,11 @@ type laneActor struct {
 	halted  bool      // Stop returned
 	booting bool      // StartLane was called
 	up      time.Time // when the incarnation became ready
+
+	replacing *replacement  // a recycle's next incarnation, booting
+	pending   string        // a recycle asked for while the previous one finished
+	retire    string        // Resize removes the lane: why
+	hurry     chan struct{} // … and it stops at once when this is closed
 }
 
 type phase int
@@ -336,9 +509,19 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.gen = a.ln.gen.Load()
 		if a.gen > 0 { // a restart: it boots once the pool actor lets it, after the backoff
-			a.inc = a.t.incarnation(a.ln) + 1
+			a.inc = a.t.newInc(a.ln)
+			a.ln.mu.Lock()
+			r := a.ln.removal
+			a.ln.mu.Unlock()
+			if r != nil { // Resize removes the lane: the request reached the instance before
+				a.retireNow(ctx, r)
+				return
+			}
 			a.mayBoot(ctx)
 			return
+		}
+		if a.ln.grown { // a lane Resize added: its numbers follow any lane it replaces
+			a.inc = a.t.newInc(a.ln)
 		}
 		a.boot(ctx)
 	case *bootLane:
@@ -368,7 +551,24 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case *stopDone:
 		a.acked, a.halted = m.acked, true
 		a.maybeStopped(ctx)
+	case *recycleLane:
+		a.recycle(ctx, m.inc, m.reason)
+	case *replaced:
+		a.replaced(ctx, m.r)
+	case *retired:
+		if r := a.pending; r != "" {
+			a.pending = ""
+			a.recycle(ctx, a.inc, r)
+		}
+	case *retireLane:
+		if m.gen < a.gen {
+			return
+		}
+		a.retireNow(ctx, m)
 	case *ended:
+		if m.w != a.w {
+			return // a recycled incarnation: its end is reported where it retires
+		}
 		a.ended = true
 		end := a.w.End()
 		code, reason := lifecycle.Code(""), ""
@@ -394,8 +594,11 @@ func (a *laneActor) record(to State, code lifecycle.Code, reason string, delay t
 	ln.mu.Lock()
 	from := ln.state
 	ln.state, ln.incarnation = to, a.inc
-	if to == Restarting || to == CrashLoopBackoff {
+	switch to {
+	case Restarting, CrashLoopBackoff:
 		ln.restarts++
+	case Recycling:
+		ln.recycles++
 	}
 	ln.mu.Unlock()
 	t.host.Event(Event{Lane: ln.idx, Incarnation: a.inc, From: from, To: to, Code: code, Reason: reason, Delay: delay, Time: t.cfg.Clock.Now()})
@@ -414,7 +617,11 @@ func (a *laneActor) mayBoot(ctx actor.Context) {
 // boot starts the actor's incarnation, in a goroutine so that the mailbox stays free.
 func (a *laneActor) boot(ctx actor.Context) {
 	a.booting = true
-	a.record(Booting, "", "", 0)
+	reason := ""
+	if a.gen == 0 {
+		reason = a.ln.added
+	}
+	a.record(Booting, "", reason, 0)
 	self, root, host, idx, inc := ctx.Self(), ctx.ActorSystem().Root, a.t.host, a.ln.idx, a.inc
 	go func() {
 		w, err := host.StartLane(idx, inc)
@@ -430,7 +637,7 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 		switch {
 		case a.stop:
 			a.reportStopped(ctx)
-		case a.gen == 0:
+		case a.gen == 0 && !a.ln.grown:
 			ctx.Send(ctx.Parent(), &laneDown{lane: a.ln.idx, err: m.err})
 		default:
 			escalate(ctx, &Failure{Lane: a.ln.idx, Incarnation: a.inc, End: End{Err: le}})
@@ -441,17 +648,136 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 	m.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
 	a.record(Ready, "", "", 0)
 	a.up = a.t.cfg.Clock.Now()
-	if a.gen == 0 { // a first boot: Start waits for every lane's
+	if a.gen == 0 && !a.ln.grown { // a first boot: Start waits for every lane's
 		ctx.Send(ctx.Parent(), &laneUp{lane: a.ln.idx})
 	}
-	self, root, w := ctx.Self(), ctx.ActorSystem().Root, m.w
-	go func() {
-		<-w.Ended()
-		root.Send(self, &ended{})
-	}()
+	a.watch(ctx, m.w)
 	if a.stop {
 		a.beginStop(ctx)
 	}
+}
+
+// watch tells the actor when w has ended.
+func (a *laneActor) watch(ctx actor.Context, w Worker) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		<-w.Ended()
+		root.Send(self, &ended{w: w})
+	}()
+}
+
+// recycle starts a planned replacement of incarnation inc: the next incarnation boots while
+// the current one serves on (see replaced).
+func (a *laneActor) recycle(ctx actor.Context, inc int, reason string) {
+	if inc != a.inc || a.phase != phaseUp || a.stop || a.replacing != nil {
+		return
+	}
+	if a.ln.retiring.Load() { // the previous recycled incarnation is still finishing
+		a.pending = reason
+		return
+	}
+	t, ln := a.t, a.ln
+	a.record(Recycling, "", reason, 0)
+	r := &replacement{inc: t.newInc(ln), decided: make(chan struct{})}
+	a.replacing = r
+	t.note(ln.idx, r.inc, Recycling, Booting, "", fmt.Sprintf("replaces incarnation %d", a.inc))
+	self, root, host, idx := ctx.Self(), ctx.ActorSystem().Root, t.host, ln.idx
+	t.work.Add(1)
+	go func() {
+		defer t.work.Done()
+		r.w, r.err = host.StartLane(idx, r.inc)
+		root.Send(self, &replaced{r: r})
+		if r.err != nil {
+			return
+		}
+		select {
+		case <-r.decided:
+		case <-t.hurry:
+		}
+		if r.claim.CompareAndSwap(0, 2) || r.claim.Load() == 2 {
+			r.w.Stop()
+			end := r.w.End()
+			code, reason := lifecycle.Code(""), ""
+			if end.Err != nil {
+				code, reason = end.Err.Code, end.Err.Message
+			}
+			t.note(idx, r.inc, Booting, stateOf(code), code, "replacement not needed: "+reason)
+		}
+	}()
+}
+
+// replaced takes a recycle's replacement: it opens the new incarnation (which takes calls
+// from now on) and has the recycled one finish its calls and stop in the background. A
+// replacement that did not boot leaves the current incarnation serving; the next trigger
+// tries again.
+func (a *laneActor) replaced(ctx actor.Context, r *replacement) {
+	if a.replacing != r { // from before a restart of this actor
+		close(r.decided)
+		return
+	}
+	a.replacing = nil
+	t, ln := a.t, a.ln
+	if r.err != nil {
+		le := asLifecycle(r.err, ln.idx)
+		t.note(ln.idx, r.inc, Booting, StartupFailed, le.Code, le.Message)
+		a.record(Ready, "", "recycle failed: the replacement did not start; serving on", 0)
+		return
+	}
+	if a.stop || a.phase != phaseUp || !r.claim.CompareAndSwap(0, 1) {
+		close(r.decided)
+		return
+	}
+	close(r.decided)
+	old, oldInc := a.w, a.inc
+	a.w, a.inc = r.w, r.inc
+	ln.retiring.Store(true)
+	r.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
+	a.record(Ready, "", fmt.Sprintf("replaces incarnation %d", oldInc), 0)
+	a.up = t.cfg.Clock.Now()
+	a.watch(ctx, r.w)
+	self, root, idx := ctx.Self(), ctx.ActorSystem().Root, ln.idx
+	t.work.Add(1)
+	go func() {
+		defer t.work.Done()
+		t.note(idx, oldInc, Recycling, Stopping, "", fmt.Sprintf("recycled: replaced by incarnation %d; finishing its calls", r.inc))
+		old.Retire(t.hurry)
+		end := old.End()
+		code, reason := lifecycle.Code(""), ""
+		if end.Err != nil {
+			code, reason = end.Err.Code, end.Err.Message
+		}
+		t.note(idx, oldInc, Stopping, stateOf(code), code, reason)
+		ln.retiring.Store(false)
+		select {
+		case <-t.hurry:
+		default:
+			root.Send(self, &retired{})
+		}
+	}()
+}
+
+// retireNow carries out Resize's removal of the lane: a serving worker retires, and the
+// actor reports the lane stopped once nothing runs.
+func (a *laneActor) retireNow(ctx actor.Context, m *retireLane) {
+	if a.retire != "" {
+		return // already under way
+	}
+	a.stop, a.retire, a.hurry = true, m.reason, m.hurry
+	switch {
+	case a.phase == phaseUp:
+		a.beginRetire(ctx)
+	case a.phase == phaseDown, !a.booting:
+		a.phase = phaseDown
+		a.reportStopped(ctx)
+	}
+}
+
+// beginRetire removes the lane for Resize: its worker finishes its calls and stops.
+func (a *laneActor) beginRetire(ctx actor.Context) {
+	a.phase = phaseStopping
+	a.record(Retiring, "", a.retire, 0)
+	self, root, w, hurry := ctx.Self(), ctx.ActorSystem().Root, a.w, a.hurry
+	go func() { root.Send(self, &stopDone{acked: w.Retire(hurry)}) }()
 }
 
 func (a *laneActor) beginStop(ctx actor.Context) {
@@ -495,6 +821,12 @@ type poolActor struct {
 	failed  bool
 	// lastGiveUp is why the last lane was given up: the pool's failure names it.
 	lastGiveUp string
+	// A shrinking Resize: lanes still retiring, and its answer.
+	removing int
+	resized  chan error
+	// lastInc is the last incarnation of each lane index Resize removed: a lane added
+	// there later goes on from it, so that no two incarnations of a lane index share a number.
+	lastInc map[int]int
 }
 
 func (p *poolActor) Receive(ctx actor.Context) {
@@ -523,7 +855,17 @@ func (p *poolActor) Receive(ctx actor.Context) {
 		}
 	case *restartGo:
 		p.restart(ctx, m.g)
+	case *recycleReq:
+		if !p.closing && m.lane < len(t.lanes) && t.lanes[m.lane].mode == live {
+			ctx.Send(t.lanes[m.lane].pid, &recycleLane{inc: m.inc, reason: m.reason})
+		}
+	case *resizeTree:
+		p.resize(ctx, m)
 	case *closeTree:
+		if p.resized != nil {
+			p.resized <- ErrClosed
+			p.resized = nil
+		}
 		p.closing, p.done, p.waitFor = true, m.done, -1
 		for _, ln := range t.lanes {
 			if g := ln.group; g != nil && g.timer != nil {
@@ -549,7 +891,7 @@ func (p *poolActor) closeNext() {
 		i := p.order[0]
 		p.order = p.order[1:]
 		ln := p.t.lanes[i]
-		if ln.mode == live || ln.mode == stopping {
+		if ln.mode == live || ln.mode == stopping || ln.mode == removing {
 			p.waitFor = i
 			p.t.sys.Root.Send(ln.pid, &stopLane{gen: ln.gen.Load()})
 			return
@@ -568,6 +910,8 @@ func (p *poolActor) laneStopped(sup actor.Supervisor, lane int, gen int64, acked
 	switch {
 	case gen < ln.gen.Load():
 		// a report from before a restart
+	case ln.mode == removing && !p.closing:
+		p.laneRemoved(ln)
 	case p.closing:
 		if lane == p.waitFor {
 			if !acked {
@@ -593,6 +937,11 @@ func (p *poolActor) wait(sup actor.Supervisor, ln *laneInfo, reason string) {
 	if ln.idx != g.cause {
 		g.pending--
 	}
+	p.groupWaits(g)
+}
+
+// groupWaits starts a group's backoff once none of its lanes is still stopping.
+func (p *poolActor) groupWaits(g *group) {
 	if g.pending > 0 {
 		return
 	}
@@ -631,6 +980,10 @@ func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, ch
 		}
 		return
 	}
+	if f.Lane >= len(p.t.lanes) {
+		sup.StopChildren(child)
+		return
+	}
 	ln := p.t.lanes[f.Lane]
 	switch {
 	case p.closing:
@@ -638,6 +991,10 @@ func (p *poolActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, ch
 		if f.Lane == p.waitFor {
 			p.closeNext()
 		}
+		return
+	case ln.mode == removing: // it ended on its own before it saw Resize's request
+		sup.StopChildren(child)
+		p.laneRemoved(ln)
 		return
 	case ln.mode == stopping: // it ended on its own while its group stopped it
 		p.wait(sup, ln, ln.group.siblingReason())
@@ -699,4 +1056,97 @@ func (p *poolActor) checkFailed() {
 // escalate reports a lane failure to the pool actor, through protoactor's supervision.
 func escalate(ctx actor.Context, f *Failure) {
 	ctx.(actor.Supervisor).EscalateFailure(f, nil)
+}
+
+// resize grows or shrinks the lane list (Tree.Resize).
+func (p *poolActor) resize(ctx actor.Context, m *resizeTree) {
+	t := p.t
+	switch {
+	case p.closing:
+		m.done <- ErrClosed
+		return
+	case p.resized != nil:
+		m.done <- errors.New("supervisor: a Resize is already running")
+		return
+	}
+	cur := len(t.lanes)
+	if m.n > cur {
+		// New lanes start after every other: RestForOne takes them along with any lane
+		// below them, as lane order is start order.
+		for i := cur; i < m.n; i++ {
+			ln := &laneInfo{idx: i, state: New, grown: true, added: fmt.Sprintf("added: pool resized to %d lanes", m.n), maxInc: -1}
+			if last, ok := p.lastInc[i]; ok {
+				ln.maxInc = last
+			}
+			t.lanes = append(t.lanes, ln)
+			ln.pid = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &laneActor{t: t, ln: ln} }))
+		}
+		t.publish()
+		m.done <- nil
+		return
+	}
+	if m.n == cur {
+		m.done <- nil
+		return
+	}
+	reason := fmt.Sprintf("pool resized to %d lanes", m.n)
+	p.resized = m.done
+	for i := cur - 1; i >= m.n; i-- {
+		ln := t.lanes[i]
+		switch ln.mode {
+		case dead, removed, removing:
+			ln.mode = removed
+			continue
+		case stopping: // its group restarts without it
+			ln.group.pending--
+			p.groupWaits(ln.group)
+		}
+		ln.mode, ln.group = removing, nil
+		p.removing++
+		r := &retireLane{gen: ln.gen.Load(), reason: reason, hurry: m.hurry}
+		ln.mu.Lock()
+		ln.removal = r
+		ln.mu.Unlock()
+		ctx.Send(ln.pid, r)
+	}
+	p.shrunk()
+}
+
+// laneRemoved notes that a retiring lane has stopped.
+func (p *poolActor) laneRemoved(ln *laneInfo) {
+	ln.mode = removed
+	p.removing--
+	p.shrunk()
+}
+
+// shrunk drops the removed lanes off the end of the list once none is still retiring, and
+// answers Resize.
+func (p *poolActor) shrunk() {
+	t := p.t
+	if p.removing > 0 || p.resized == nil {
+		return
+	}
+	n := len(t.lanes)
+	for n > 0 && t.lanes[n-1].mode == removed {
+		n--
+	}
+	if p.lastInc == nil {
+		p.lastInc = map[int]int{}
+	}
+	for _, ln := range t.lanes[n:] {
+		t.sys.Root.Stop(ln.pid)
+		ln.mu.Lock()
+		from, inc := ln.state, ln.incarnation
+		p.lastInc[ln.idx] = ln.maxInc
+		ln.state = Removed
+		ln.mu.Unlock()
+		t.evMu.Lock()
+		t.host.Event(Event{Lane: ln.idx, Incarnation: inc, From: from, To: Removed, Reason: "lane removed", Time: t.cfg.Clock.Now()})
+		t.evMu.Unlock()
+	}
+	t.lanes = t.lanes[:n:n]
+	t.publish()
+	p.resized <- nil
+	p.resized = nil
+	p.checkFailed()
 }

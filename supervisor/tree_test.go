@@ -27,10 +27,11 @@ type fakeWorker struct {
 	end        End
 }
 
-func (w *fakeWorker) Ended() <-chan struct{} { return w.ended }
-func (w *fakeWorker) End() End               { return w.end }
-func (w *fakeWorker) Open()                  {}
-func (w *fakeWorker) finish(e End)           { w.once.Do(func() { w.end = e; close(w.ended) }) }
+func (w *fakeWorker) Ended() <-chan struct{}      { return w.ended }
+func (w *fakeWorker) End() End                    { return w.end }
+func (w *fakeWorker) Open()                       {}
+func (w *fakeWorker) finish(e End)                { w.once.Do(func() { w.end = e; close(w.ended) }) }
+func (w *fakeWorker) Retire(<-chan struct{}) bool { return w.Stop() }
 func (w *fakeWorker) Stop() bool {
 	msg := "lane stopped (exit status 0)"
 	if w.ignoreStop {
@@ -623,4 +624,144 @@ func TestCrashLoopStartupFailures(t *testing.T) {
 	}
 	h.await(t, 0, 6, Ready)
 	tr.Close()
+}
+
+// Resize: added lanes boot supervised and restart with RestForOne along with the lanes
+// below them; removed lanes retire, close and leave the tree, and later failures restart
+// only the lanes that are left. A lane added again at a removed index goes on with its
+// incarnation numbers.
+func TestResizeStrategies(t *testing.T) {
+	h := newFakeHost()
+	tr := start(t, 2, Policy{Strategy: RestForOne, Backoff: fast}, h)
+	if err := tr.Resize(4, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.await(t, 3, 0, Ready)
+	h.await(t, 2, 0, Ready)
+	if e := h.await(t, 3, 0, Booting); e.Reason != "added: pool resized to 4 lanes" {
+		t.Errorf("added lane's boot: %+v", e)
+	}
+	h.worker(1).finish(crash())
+	for i := 1; i < 4; i++ {
+		h.await(t, i, 1, Ready)
+	}
+	if got := h.transitions(0); len(got) != 2 {
+		t.Errorf("lane 0 went %v: RestForOne must leave it alone", got)
+	}
+	for _, i := range []int{2, 3} {
+		want := []State{Booting, Ready, Stopping, Closed, Restarting, Booting, Ready}
+		if got := h.transitions(i); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("added lane %d went %v, want %v", i, got, want)
+		}
+	}
+	if err := tr.Resize(2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := tr.Lanes(); n != 2 {
+		t.Fatalf("%d lanes after shrinking to 2", n)
+	}
+	for _, i := range []int{2, 3} {
+		h.checkChain(t, i)
+		got := h.transitions(i)
+		if want := []State{Retiring, Closed, Removed}; fmt.Sprint(got[len(got)-3:]) != fmt.Sprint(want) {
+			t.Errorf("removed lane %d went %v, want it to end %v", i, got, want)
+		}
+		if s, _, _ := tr.LaneState(i); s != New {
+			t.Errorf("LaneState(%d) = %v after removal", i, s)
+		}
+	}
+	// AllForOne now would take lane 1 only; RestForOne from lane 0 takes lane 1.
+	h.worker(0).finish(crash())
+	h.await(t, 0, 1, Ready)
+	h.await(t, 1, 2, Ready)
+	for _, i := range []int{2, 3} {
+		if got := h.transitions(i); got[len(got)-1] != Removed {
+			t.Errorf("removed lane %d was touched by a restart: %v", i, got)
+		}
+	}
+	// Lane 2 again: its first incarnation follows the removed lane's last.
+	if err := tr.Resize(3, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.await(t, 2, 2, Ready)
+	if un := tr.Close(); len(un) != 0 {
+		t.Errorf("unacked %v", un)
+	}
+	if err := tr.Resize(1, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Resize after Close: %v", err)
+	}
+}
+
+// Recycle: the next incarnation boots while the current one serves, is ready before the
+// recycled one stops, and no restart is counted. A replacement that fails to boot leaves the
+// current incarnation serving.
+func TestRecycle(t *testing.T) {
+	h := newFakeHost()
+	var fail atomic.Bool
+	h.startErr = func(lane, inc int) error {
+		if fail.Load() && inc > 0 {
+			return &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: lane, Message: "no"}
+		}
+		return nil
+	}
+	tr := start(t, 2, Policy{Backoff: fast}, h)
+	tr.Recycle(1, 0, "MaxCallsPerLane: test")
+	h.await(t, 1, 0, Closed)
+	var got []string
+	h.mu.Lock()
+	for _, e := range h.all {
+		if e.Lane == 1 {
+			got = append(got, fmt.Sprintf("%d:%v>%v", e.Incarnation, e.From, e.To))
+		}
+	}
+	h.mu.Unlock()
+	want := "[0:new>booting 0:booting>ready 0:ready>recycling 1:recycling>booting 1:recycling>ready 0:recycling>stopping 0:stopping>closed]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("recycle went %v, want %v", got, want)
+	}
+	if s, inc, restarts := tr.LaneState(1); s != Ready || inc != 1 || restarts != 0 || tr.Recycles(1) != 1 {
+		t.Errorf("lane 1 after its recycle: %v, incarnation %d, %d restarts, %d recycles", s, inc, restarts, tr.Recycles(1))
+	}
+	tr.Recycle(1, 0, "stale") // not the current incarnation: dropped
+	fail.Store(true)
+	tr.Recycle(0, 0, "MaxLaneMemory: test")
+	if e := h.await(t, 0, -1, StartupFailed); e.Incarnation != 1 {
+		t.Errorf("lane 0's replacement: %+v", e)
+	}
+	h.mu.Lock()
+	for last := h.all[len(h.all)-1]; last.Lane != 0 || last.To != Ready; last = h.all[len(h.all)-1] {
+		h.cond.Wait()
+	}
+	h.mu.Unlock()
+	if s, inc, _ := tr.LaneState(0); s != Ready || inc != 0 {
+		t.Errorf("lane 0 after a failed recycle: %v, incarnation %d; want ready, 0", s, inc)
+	}
+	if un := tr.Close(); len(un) != 0 {
+		t.Errorf("unacked %v", un)
+	}
+	if n := len(h.workers[1]); n != 2 {
+		t.Errorf("lane 1 had %d workers, want 2 (the stale recycle must not start one)", n)
+	}
+}
+
+// A lane waiting out its restart backoff is removed at once: nothing runs there, and it never
+// boots again.
+func TestResizeRemovesLaneInBackoff(t *testing.T) {
+	h := newFakeHost()
+	tr := start(t, 3, Policy{Backoff: Backoff{Min: time.Hour, Max: time.Hour, Jitter: -1}}, h)
+	h.worker(2).finish(crash())
+	h.await(t, 2, 0, Restarting)
+	if err := tr.Resize(2, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := h.transitions(2)
+	if want := []State{Booting, Ready, Crashed, Restarting, Removed}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("lane 2 went %v, want %v", got, want)
+	}
+	if un := tr.Close(); len(un) != 0 {
+		t.Errorf("unacked %v", un)
+	}
+	if n := len(h.workers[2]); n != 1 {
+		t.Errorf("lane 2 had %d workers: it booted again after its removal", n)
+	}
 }

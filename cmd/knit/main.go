@@ -1,25 +1,31 @@
-// Command knit is knit's command-line tool. Today it has one real subcommand, demo, which
-// walks a pool of goroutine lanes and a pool of process lanes through their lifecycle —
-// calls, crashes, how each crash is classified and how the supervisor restarts the lane —
-// with every step logged through zap.
+// Command knit is knit's command-line tool. Its subcommand demo walks a pool of goroutine
+// lanes and a pool of process lanes through their lifecycle — calls, crashes, how each
+// crash is classified and how the supervisor restarts the lane — with every step logged
+// through zap, and serves the pools' live inspector (knit.Inspector) while it runs;
+// inspect shows a running pool's inspector in a terminal.
 //
 //	go run ./cmd/knit demo
+//	go run ./cmd/knit demo -hold              # keep the process pool up for the inspector
 //	KNIT_DEBUG=lifecycle,supervisor go run ./cmd/knit demo   # knit's Debug entries too
+//	go run ./cmd/knit inspect http://127.0.0.1:PORT/
 package main
 
 import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,9 +83,16 @@ var (
 const usage = `knit — typed task actors on supervised lanes
 
 Usage:
-  knit demo    run goroutine lanes, then process lanes, through calls, a panic, lanes that
+  knit demo [-addr host:port] [-hold]
+               run goroutine lanes, then process lanes, through calls, a panic, lanes that
                exit, crash or are killed, how knit classifies each, and the supervisor
-               restarting them; an idempotent call survives the SIGKILL of its lane
+               restarting them; an idempotent call survives the SIGKILL of its lane.
+               The pools' live inspector is served on -addr (default 127.0.0.1:0, a free
+               port; "off": none), its address logged; -hold keeps the process pool up,
+               with a trickle of calls, until Ctrl-C
+  knit inspect [-once] [-interval d] URL
+               show the pool behind the inspector page at URL, live in a terminal, or one
+               snapshot when stdout is not a terminal (or with -once)
   knit help    show this help
 
 KNIT_DEBUG=lifecycle,supervisor,lane (or *) adds knit's Debug entries to the demo's log.
@@ -100,9 +113,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "inspect":
+		ctx, stop := interruptible(context.Background())
+		defer stop()
+		return inspectCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
-		if len(args) > 1 {
-			fmt.Fprintf(stderr, "knit demo: unexpected arguments %q\n\n%s", args[1:], usage)
+		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() { fmt.Fprint(stderr, usage) }
+		var opts demoOptions
+		fs.StringVar(&opts.addr, "addr", "127.0.0.1:0", `where to serve the inspector ("off": nowhere)`)
+		fs.BoolVar(&opts.hold, "hold", false, "keep the process pool up for the inspector until Ctrl-C")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "knit demo: unexpected arguments %q\n\n%s", fs.Args(), usage)
 			return 2
 		}
 		base, err := newLogger()
@@ -112,7 +138,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		defer func() { _ = base.Sync() }()
 		log := base.Named("demo")
-		if err := demo(log, knitLogger(base)); err != nil {
+		if err := demo(log, knitLogger(base), opts); err != nil {
 			log.Error("demo failed", zap.Error(err))
 			return 1
 		}
@@ -169,17 +195,32 @@ func (f debugFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.C
 // demo is generous so that a busy CI machine does not fail it; lanes answer in microseconds.
 const stopAck = time.Second
 
+// demoOptions are the demo's flags.
+type demoOptions struct {
+	addr string // where to serve the inspector; "off": nowhere
+	hold bool   // keep the process pool up until Ctrl-C
+}
+
 // demo runs the lifecycle walk-through. It returns an error when knit does not behave as
 // described, so the demo doubles as a smoke test.
-func demo(log, knitLog *zap.Logger) error {
+func demo(log, knitLog *zap.Logger, opts demoOptions) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	restarts, err := goroutineDemo(ctx, log, knitLog)
+	inspect, err := serveInspector(log, opts.addr)
 	if err != nil {
 		return err
 	}
-	procRestarts, err := processDemo(ctx, log, knitLog)
+	defer inspect.close()
+	restarts, err := goroutineDemo(ctx, log, knitLog, inspect)
+	if err != nil {
+		return err
+	}
+	var hold func(*knit.Pool)
+	if opts.hold {
+		hold = func(p *knit.Pool) { holdPool(log, p, inspect.url) }
+	}
+	procRestarts, err := processDemo(ctx, log, knitLog, inspect, hold)
 	if err != nil {
 		return err
 	}
@@ -192,7 +233,7 @@ func demo(log, knitLog *zap.Logger) error {
 // goroutineDemo runs calls, a panicking task and a lane exit on goroutine lanes, waits for
 // the supervisor to restart the lane that exited, and closes the pool. It returns the
 // number of restarts.
-func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
+func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger, inspect *inspectorServer) (int, error) {
 	const lanes = 4
 	log.Info("pool starting", zap.Int("lanes", lanes), zap.Stringer("runtime", knit.Goroutine))
 	// The zero Restart policy: a lane that crashes or exits on its own (Transient) is
@@ -202,6 +243,7 @@ func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("NewPool: %w", err)
 	}
+	inspect.show(pool)
 	closed := false
 	defer func() {
 		if !closed {
@@ -282,7 +324,7 @@ func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
 // task crashes lane 1's process; the supervisor starts a new process for lane 1; then the
 // demo SIGKILLs lane 0 under the waiting call, which runs again on the live lane: lane 1's
 // new process. It returns the number of restarts.
-func processDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
+func processDemo(ctx context.Context, log, knitLog *zap.Logger, inspect *inspectorServer, hold func(*knit.Pool)) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second) // a knit that misbehaves fails the demo, never hangs it
 	defer cancel()
 	log.Info("process pool starting", zap.Int("lanes", 2), zap.Stringer("runtime", knit.Process))
@@ -304,6 +346,7 @@ func processDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
 		return 0, fmt.Errorf("NewPool(process): %w", err)
 	}
 	defer pool.Close(context.Background())
+	inspect.show(pool)
 	first := pool.Stats().Lanes // the lanes' first processes
 	for _, l := range first {
 		log.Info("process lane ready", zap.Int("lane", l.Lane), zap.Int("pid", l.PID))
@@ -391,6 +434,12 @@ func processDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
 	if err := burst(ctx, log, pool, "after the restarts", 10, 4); err != nil {
 		return 0, err
 	}
+	if hold != nil {
+		hold(pool)
+		// Holding outlasts the demo's deadline: closing gets a deadline of its own.
+		ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+	}
 	log.Info("process pool closing")
 	if err := pool.Close(ctx); err != nil {
 		return 0, fmt.Errorf("Close(process): %w", err)
@@ -398,7 +447,8 @@ func processDemo(ctx context.Context, log, knitLog *zap.Logger) (int, error) {
 	log.Info("process pool closed")
 	logStats(log, "process lane after close", pool)
 	for _, l := range pool.Stats().Lanes {
-		if l.Incarnation != 1 || l.Restarts != 1 || l.PID == first[l.Lane].PID {
+		// (While the pool was held, someone may have killed lanes to watch the inspector.)
+		if hold == nil && (l.Incarnation != 1 || l.Restarts != 1 || l.PID == first[l.Lane].PID) {
 			return 0, fmt.Errorf("lane %d at the end: %+v, want incarnation 1, 1 restart, a new pid", l.Lane, l)
 		}
 	}
@@ -535,4 +585,80 @@ func logLane(log *zap.Logger, msg string, l knit.LaneStats) {
 	}
 	log.Info(msg, append(fields, zap.Int("inflight", l.InFlight), zap.Int("queued", l.Queued),
 		zap.Uint64("completed", l.Completed), zap.Uint64("failed", l.Failed))...)
+}
+
+// inspectorServer serves the inspector of the demo's current pool.
+type inspectorServer struct {
+	url     string // "" when not serving
+	srv     *http.Server
+	current atomic.Pointer[http.Handler]
+}
+
+// serveInspector starts an HTTP server on addr for the pools' inspector ("off": none) and
+// logs its address.
+func serveInspector(log *zap.Logger, addr string) (*inspectorServer, error) {
+	s := &inspectorServer{}
+	if addr == "off" {
+		return s, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("inspector: %w", err)
+	}
+	s.url = "http://" + ln.Addr().String() + "/"
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	log.Info("inspector serving: open it in a browser, or run knit inspect", zap.String("url", s.url))
+	return s, nil
+}
+
+// show makes p the pool the inspector shows. Pages and knit inspect, whose streams end
+// when the previous pool closes, find the new one when they connect again.
+func (s *inspectorServer) show(p *knit.Pool) {
+	if s.srv != nil {
+		h := knit.Inspector(p)
+		s.current.Store(&h)
+	}
+}
+
+func (s *inspectorServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := s.current.Load()
+	if h == nil {
+		http.Error(w, "no pool yet", http.StatusServiceUnavailable)
+		return
+	}
+	(*h).ServeHTTP(w, r)
+}
+
+// close stops the server. The pools are closed by now, so their streams have ended;
+// Shutdown lets a response being written finish.
+func (s *inspectorServer) close() {
+	if s.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if s.srv.Shutdown(ctx) != nil {
+		_ = s.srv.Close()
+	}
+}
+
+// holdPool keeps p up, serving a call every 100ms, until Ctrl-C or SIGTERM.
+func holdPool(log *zap.Logger, p *knit.Pool, url string) {
+	ctx, stop := interruptible(context.Background())
+	defer stop()
+	log.Info("holding the process pool up with a trickle of calls: Ctrl-C ends the demo", zap.String("inspector", url))
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for n := int64(0); ; n++ {
+		select {
+		case <-ctx.Done():
+			log.Info("hold ended")
+			return
+		case <-tick.C:
+			if _, err := demoSquare.Call(ctx, p, n); err != nil && ctx.Err() == nil {
+				log.Warn("call while holding", zap.Error(err))
+			}
+		}
+	}
 }

@@ -1,0 +1,144 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/knitgo/knit"
+)
+
+// Tasks are defined once, at package level, so that a process lane (the same binary) has
+// them too.
+var (
+	exampleAdd = knit.Define("example.add", func(_ context.Context, in [2]int64) (int64, error) {
+		return in[0] + in[1], nil
+	})
+	exampleExit = knit.Define("example.exit", func(context.Context, int) (int, error) {
+		os.Exit(3) // ends the lane process: the supervisor restarts it
+		return 0, nil
+	})
+)
+
+func ExampleDefine() {
+	// At package level:
+	//
+	//	var Add = knit.Define("add", func(_ context.Context, in [2]int64) (int64, error) {
+	//		return in[0] + in[1], nil
+	//	})
+	//
+	// and in main (after knit.Main()), serve it from a pool:
+	p, err := knit.NewPool(knit.Config{Lanes: 2}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	sum, err := exampleAdd.Call(context.Background(), p, [2]int64{40, 2})
+	fmt.Println(exampleAdd.Name(), sum, err)
+	// Output: example.add 42 <nil>
+}
+
+func ExampleNewPool() {
+	p, err := knit.NewPool(knit.Config{Lanes: 4}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	fmt.Println(len(p.Stats().Lanes), "lanes", p.Stats().Runtime == knit.Goroutine)
+	// Output: 4 lanes true
+}
+
+func ExampleTask_Call() {
+	p, err := knit.NewPool(knit.Config{}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := exampleAdd.Call(ctx, p, [2]int64{1, 2})
+	fmt.Println(sum, err)
+	// Output: 3 <nil>
+}
+
+func ExampleTask_Go() {
+	p, err := knit.NewPool(knit.Config{}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	// Start many calls, then collect them: the lanes work while the caller goes on.
+	var futures []*knit.Future[int64]
+	for i := range int64(4) {
+		futures = append(futures, exampleAdd.Go(context.Background(), p, [2]int64{i, i}))
+	}
+	for _, f := range futures {
+		v, err := f.Wait()
+		fmt.Println(v, err)
+	}
+	// Output:
+	// 0 <nil>
+	// 2 <nil>
+	// 4 <nil>
+	// 6 <nil>
+}
+
+// Process lanes run tasks in child processes of the same binary, whose main (or TestMain)
+// starts with knit.Main().
+func ExampleConfig_process() {
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 2}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	sum, err := exampleAdd.Call(context.Background(), p, [2]int64{20, 22})
+	fmt.Println(sum, err, p.Stats().Lanes[0].PID != 0)
+	// Output: 42 <nil> true
+}
+
+// A lane that ends by itself fails only the call it was running; the supervisor restarts
+// it, with backoff, as its policy says.
+func ExampleConfig_restart() {
+	p, err := knit.NewPool(knit.Config{
+		Runtime: knit.Process,
+		Lanes:   1,
+		Restart: knit.Restart{Type: knit.Transient, Strategy: knit.OneForOne, MaxRestarts: 3, Period: time.Minute},
+	}, exampleAdd, exampleExit)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	_, err = exampleExit.Call(context.Background(), p, 0)
+	var ke *knit.Error
+	if errors.As(err, &ke) {
+		fmt.Println(ke.Code, "started:", ke.Started)
+	}
+	sum, err := exampleAdd.Call(context.Background(), p, [2]int64{1, 1}) // on the restarted lane
+	fmt.Println(sum, err)
+	// Output:
+	// WORKER_EXITED started: true
+	// 2 <nil>
+}
+
+func ExamplePool_Events() {
+	p, err := knit.NewPool(knit.Config{Lanes: 1}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	events := p.Events()
+	if err := p.Close(context.Background()); err != nil {
+		panic(err)
+	}
+	for e := range events {
+		if e.Lane == 0 {
+			fmt.Println(e.From, "→", e.To)
+		}
+	}
+	// Output:
+	// new → booting
+	// booting → ready
+	// ready → stopping
+	// stopping → closed
+}

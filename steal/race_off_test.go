@@ -1,0 +1,5 @@
+//go:build !race
+
+package steal
+
+const raceEnabled = false

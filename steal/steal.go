@@ -1,0 +1,313 @@
+package steal
+
+import (
+	"fmt"
+	"runtime"
+
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/logging"
+	"github.com/knitgo/knit/internal/spin"
+)
+
+// Ring is a submit ring over one mapping: the host's Producer and the consumers'
+// Consumers are views of it.
+type Ring struct {
+	cfg    Config
+	b      []byte
+	submit fastpath.Ring
+	g      geom
+}
+
+// New formats mem (zeroed, 64-byte aligned, at least Size(cfg) bytes) as a submit ring.
+// More than MaxConsumers consumers gives an error wrapping ErrTooManyConsumers.
+func New(mem []byte, cfg Config) (*Ring, error) {
+	cfg = cfg.withDefaults()
+	total, err := Size(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(mem) < total {
+		return nil, fmt.Errorf("%w: %d bytes, the ring needs %d", ErrLayout, len(mem), total)
+	}
+	r, err := view(mem[:total], cfg)
+	if err != nil {
+		return nil, err
+	}
+	writeHeader(mem, cfg, total)
+	// Every consumer starts live (LIVE is read under Dekker only).
+	m := newMem(r.b, r.submit, &r.g)
+	m.store(idLive, uint64(1)<<cfg.Consumers-1)
+	return r, nil
+}
+
+// Open attaches to a submit ring New formatted, possibly in another process. The control
+// block is validated; a bad one gives an error wrapping ErrLayout.
+func Open(mem []byte) (*Ring, error) {
+	h, err := readHeader(mem)
+	if err != nil {
+		return nil, err
+	}
+	return view(mem[:h.total], h.cfg)
+}
+
+func view(b []byte, cfg Config) (*Ring, error) {
+	off := offRing(cfg.Consumers)
+	sub, err := fastpath.RingOver(b[off:], cfg.Inline, cfg.Arena)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLayout, err)
+	}
+	return &Ring{cfg: cfg, b: b, submit: sub, g: geomOf(cfg)}, nil
+}
+
+// Config returns the ring's configuration, defaults filled in.
+func (r *Ring) Config() Config { return r.cfg }
+
+// Bytes returns the mapping.
+func (r *Ring) Bytes() []byte { return r.b }
+
+// Submit returns the fastpath ring the calls travel in: slot headers and payloads.
+func (r *Ring) Submit() fastpath.Ring { return r.submit }
+
+func namedLog(l *zap.Logger) *zap.Logger {
+	if l == nil {
+		return zap.NewNop()
+	}
+	return l.Named(logging.Steal)
+}
+
+// Producer is the host's side: it publishes calls and recovers dead consumers. It is not
+// safe for concurrent use; there is one per ring.
+type Producer struct {
+	r   *Ring
+	fp  *fastpath.Producer
+	m   mem
+	h   host
+	rec recoverer
+	log *zap.Logger
+}
+
+// Producer returns the host side of r. log is knit's root logger (nil: no logging); the
+// producer logs under the steal namespace.
+func (r *Ring) Producer(log *zap.Logger) *Producer {
+	p := &Producer{r: r, fp: r.submit.Producer(), m: newMem(r.b, r.submit, &r.g), log: namedLog(log)}
+	p.h.h = uint32(p.m.load(idH))
+	p.h.tail = p.m.load(idTail)
+	p.h.stored = p.h.tail
+	p.h.live = uint32(p.m.load(idLive))
+	return p
+}
+
+// Reserve hands out a free slot (fastpath.Producer.Reserve); ok is false when all 32 are in
+// flight.
+func (p *Producer) Reserve() (slot int, ok bool) { return p.fp.Reserve() }
+
+// Put places an n-byte payload for slot (fastpath.Producer.Put).
+func (p *Producer) Put(slot, n int) ([]byte, error) { return p.fp.Put(slot, n) }
+
+// Slot returns slot i for writing its header. Stage writes the sequence number.
+func (p *Producer) Slot(i int) fastpath.Slot { return p.fp.Slot(i) }
+
+// Release gives back a reserved slot that will not be published.
+func (p *Producer) Release(slot int) { p.fp.Release(slot) }
+
+// Stage marks slot, whose header and payload are written, ready for the next Flush, and
+// returns the sequence number it gave the call: what a consumer's claim and a Recovery name
+// it by.
+func (p *Producer) Stage(slot int) uint64 {
+	seq := p.h.lastSeq + 1
+	p.h.stage(&p.m, &p.r.g, slot, seq)
+	p.fp.Stage(slot)
+	return seq
+}
+
+// Flush publishes every staged call: one store of the producer word and, under Ticket, one
+// store of the tail. It reports whether anything was staged.
+func (p *Producer) Flush() bool {
+	if !p.fp.Flush() {
+		return false
+	}
+	p.h.flush(&p.m, &p.r.g)
+	return true
+}
+
+// Drained reports whether every published call has been claimed and its slot retired.
+func (p *Producer) Drained() bool { return p.fp.Drained() }
+
+// Recover is called by the host once consumer c is dead for sure (its process reaped, its
+// goroutine returned): it returns exactly the calls c held, retires the slots c had not
+// retired yet, and releases c's claim handshake (its WANT, its LIVE bit, a ticket intent), so
+// that the other consumers neither wait for c nor lose a call. A journal that breaks the
+// protocol gives an error wrapping ErrCorrupt; the handshake is released all the same, but
+// the calls c held are unknown. Recovering twice returns nothing the second time.
+// Call Activate before a new consumer with id c starts claiming.
+func (p *Producer) Recover(c int) (Recovery, error) {
+	var out Recovery
+	if c < 0 || c >= p.r.g.n {
+		return out, fmt.Errorf("%w: consumer %d of %d", ErrConfig, c, p.r.g.n)
+	}
+	p.rec.begin(c)
+	for !p.rec.step(&p.m, &p.r.g, &p.h) {
+	}
+	p.rec.result(&out)
+	if p.rec.err != nil {
+		p.log.Warn("claim journal of a dead consumer is corrupt", zap.Int("consumer", c), zap.Error(p.rec.err))
+		return out, p.rec.err
+	}
+	if ce := logging.Debug(p.log, "journal recovered"); ce != nil {
+		ce.Write(zap.Int("consumer", c), zap.Int("fresh", len(out.Fresh)), zap.Int("started", len(out.Started)),
+			zap.Uint32("retired_slots", out.Retired))
+	}
+	return out, nil
+}
+
+// Activate lets a new consumer with id c (a restarted lane) claim again after Recover(c).
+func (p *Producer) Activate(c int) {
+	if c < 0 || c >= p.r.g.n {
+		return
+	}
+	p.m.store(p.r.g.want(c), 0)
+	p.m.store(p.r.g.journal(c), 0)
+	p.h.live |= 1 << c
+	p.m.store(idLive, uint64(p.h.live))
+}
+
+// spinLimit is how many times a Dekker claim re-checks a junior's WANT before it withdraws
+// and lets the consumer poll again.
+const spinLimit = 256
+
+// Consumer is one consumer's side. It is not safe for concurrent use.
+//
+// A consumer claims only when it holds nothing unfinished, so the order a lane follows is:
+// publish and flush its results, Finish each call, then Claim. Claim returns a batch whose
+// slots the consumer holds: read (copy or decode) their payloads, then Release them (Start
+// releases them if the consumer has not). Start each call before running it and Finish it
+// after its result is on the return ring: the journal then tells the host, after a death,
+// which calls never started.
+type Consumer struct {
+	r     *Ring
+	id    int
+	m     mem
+	cl    claimer
+	n     int
+	held  bool // the batch's slots are not released yet
+	order [maxBatch]uint8
+	state [maxBatch]uint8
+	log   *zap.Logger
+}
+
+// Consumer returns consumer id's side (0 ≤ id < Consumers). log is knit's root logger (nil:
+// no logging).
+func (r *Ring) Consumer(id int, log *zap.Logger) (*Consumer, error) {
+	if id < 0 || id >= r.cfg.Consumers {
+		return nil, fmt.Errorf("%w: consumer %d of %d", ErrConfig, id, r.cfg.Consumers)
+	}
+	return &Consumer{r: r, id: id, m: newMem(r.b, r.submit, &r.g), log: namedLog(log)}, nil
+}
+
+// Holding reports how many claimed calls the consumer has not finished.
+func (c *Consumer) Holding() int {
+	k := 0
+	for i := range c.n {
+		if c.state[i] != entryFinished {
+			k++
+		}
+	}
+	return k
+}
+
+// Claim claims a batch of up to Width calls and returns its size (0: nothing to claim, or
+// the discipline's handshake yielded to a peer; poll again later). An idle poll costs two
+// loads. It gives ErrHolding while the previous batch has unfinished calls.
+func (c *Consumer) Claim() (int, error) {
+	if c.Holding() != 0 {
+		return 0, ErrHolding
+	}
+	c.n = 0
+	g := &c.r.g
+	c.cl.begin(g)
+	spins := 0
+	for {
+		switch c.cl.step(&c.m, g, c.id, spins >= spinLimit) {
+		case running:
+		case blocked:
+			spins++
+			if spins%16 == 0 {
+				runtime.Gosched()
+			} else {
+				spin.Pause()
+			}
+		case none:
+			return 0, nil
+		case exhausted:
+			return 0, ErrExhausted
+		case committed:
+			c.n = int(c.cl.n)
+			c.held = true
+			for k := range c.n {
+				c.order[k] = uint8(k)
+				c.state[k] = entryClaimed
+			}
+			if g.disc == Dekker { // journal order is slot order: run in publication order
+				c.sortBySeq()
+			}
+			if ce := logging.Debug(c.log, "claimed"); ce != nil {
+				ce.Write(zap.Int("consumer", c.id), zap.Int("batch", c.n), zap.Stringer("discipline", g.disc),
+					zap.Uint64("first_seq", c.cl.seqs[c.order[0]]))
+			}
+			return c.n, nil
+		default: // released cannot come before committed
+			return 0, nil
+		}
+	}
+}
+
+// sortBySeq orders the batch by sequence number (insertion sort: at most 32 calls).
+func (c *Consumer) sortBySeq() {
+	for i := 1; i < c.n; i++ {
+		for j := i; j > 0 && c.cl.seqs[c.order[j]] < c.cl.seqs[c.order[j-1]]; j-- {
+			c.order[j], c.order[j-1] = c.order[j-1], c.order[j]
+		}
+	}
+}
+
+// Call returns the k-th call of the batch, in publication order.
+func (c *Consumer) Call(k int) Call {
+	e := c.order[k]
+	return Call{Slot: int(c.cl.slots[e]), Seq: c.cl.seqs[e]}
+}
+
+// Slot returns the k-th call's slot header. Valid until Release.
+func (c *Consumer) Slot(k int) fastpath.Slot { return c.r.submit.Slot(int(c.cl.slots[c.order[k]])) }
+
+// Payload returns the k-th call's payload bytes in the mapping (validated like
+// fastpath.Consumer.Payload). Valid until Release: copy or decode them first.
+func (c *Consumer) Payload(k int) ([]byte, error) {
+	return c.r.submit.Payload(int(c.cl.slots[c.order[k]]))
+}
+
+// Release gives the batch's slots back to the host (and under Dekker ends the handshake).
+// Call it once the payloads are read.
+func (c *Consumer) Release() {
+	if !c.held {
+		return
+	}
+	c.held = false
+	for c.cl.step(&c.m, &c.r.g, c.id, false) == running {
+	}
+}
+
+// Start journals that the k-th call is about to run; it releases the batch first if the
+// consumer has not.
+func (c *Consumer) Start(k int) { c.mark(k, entryStarted) }
+
+// Finish journals that the k-th call's result is on the return ring.
+func (c *Consumer) Finish(k int) { c.mark(k, entryFinished) }
+
+func (c *Consumer) mark(k, st int) {
+	c.Release()
+	e := int(c.order[k])
+	c.state[e] = uint8(st)
+	markEntry(&c.m, &c.r.g, c.id, e, c.cl.seqs[e], int(c.cl.slots[e]), st)
+}
