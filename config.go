@@ -251,6 +251,7 @@ type ProcessConfig struct {
 	// (1 GB of heap: a lane beyond it crashes with "out of memory") or a bwrap invocation.
 	// Limit memory with --data, not --as: an idle Go lane reserves 1.6–1.8 GB of address
 	// space, so --as below about 2 GB fails every lane at boot (docs/process-lanes.md).
+	// Limits does this, and more, without a wrapper.
 	Prefix []string
 	// Env lists what the lane's scrubbed environment carries besides KNIT_* variables and
 	// the host's PATH: "NAME" copies NAME from the host, "NAME=value" sets it ("PATH=..."
@@ -264,6 +265,10 @@ type ProcessConfig struct {
 	// waiting for a boot record — so that a restart skips process start-up (default 1;
 	// negative: none). A spare is started once the pool is up and after each one is taken.
 	Spares int
+	// Limits bound each lane process's memory, CPU time, CPU bandwidth, open files and
+	// processes, in a cgroup of its own where the host can make one (see Limits). The zero
+	// value limits nothing; core dumps are off unless Limits.CoreDumps is set.
+	Limits Limits
 	// Sandbox confines each lane with Landlock and a seccomp preset, applied by the lane
 	// before it serves; a layer is off, best effort or required (docs/process-lanes.md,
 	// "Containing untrusted or crashy code").

@@ -57,6 +57,8 @@ const (
 	CodeStartupFailed   = lifecycle.CodeStartupFailed
 	CodeUnresponsive    = lifecycle.CodeWorkerUnresponsive
 	CodePoisonCall      = lifecycle.CodePoisonCall
+	CodeOutOfMemory     = lifecycle.CodeWorkerOutOfMemory // a lane ran out of memory (ProcessConfig.Limits)
+	CodeCPULimit        = lifecycle.CodeWorkerCPULimit    // a lane used up its CPU time (ProcessConfig.Limits)
 )
 
 // Sentinels for errors.Is.
@@ -75,6 +77,8 @@ var (
 	ErrWorkerStartupFailed = lifecycle.ErrStartupFailed
 	ErrWorkerUnresponsive  = lifecycle.ErrUnresponsive
 	ErrPoisonCall          = lifecycle.ErrPoisonCall
+	ErrWorkerOutOfMemory   = lifecycle.ErrOutOfMemory
+	ErrWorkerCPULimit      = lifecycle.ErrCPULimit
 )
 
 // Why a process-lane task's context ended, as context.Cause in the task reports it.

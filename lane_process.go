@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/cgroup"
 	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
@@ -142,7 +143,7 @@ func (l *lane) spawn() error {
 	if err != nil {
 		return fail(l.startErr("%v", err))
 	}
-	if pl.child, err = startChild(cmd, newLaneOutput(l.p.root, l.idx)); err != nil {
+	if pl.child, err = l.p.spawnChild(cmd, newLaneOutput(l.p.root, l.idx)); err != nil {
 		return fail(l.startErr("spawn %s: %v", cmd.Path, err))
 	}
 	if pl.rv != nil {
@@ -252,7 +253,7 @@ func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
 		Carry: cfg.Propagator != nil,
-		Shm:   rendezvous,
+		Shm:   rendezvous, Limits: l.p.limits.boot,
 	}
 	boot.Sandbox = laneSandbox(cfg)
 	for _, d := range l.p.defs {
@@ -290,6 +291,7 @@ type child struct {
 	output *laneOutput
 	waited chan struct{} // closed once the process has been waited for
 	err    error         // what Wait returned
+	cg     *cgroup.Group // its cgroup, if the pool makes them (limits.go)
 }
 
 func startChild(cmd *exec.Cmd, out *laneOutput) (*child, error) {
@@ -413,6 +415,7 @@ func (l *lane) waitProcess() {
 		x.Fatal = l.region.Fatal()
 	}
 	x.Tail, x.Failure, x.Crash = pl.output.report()
+	l.limitsExit(&x) // its cgroup goes, with every process left in it
 	l.debug("lane process reaped", zap.Int("pid", pl.pid), zap.Int("status", x.Status), zap.Stringer("signal", x.Signal))
 	e := lifecycle.Classify(x)
 	l.normal = e.Code == CodeWorkerExited && x.Status == 0

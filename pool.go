@@ -82,6 +82,8 @@ type Pool struct {
 	// transitions for it to deliver first (under evMu).
 	evWanted atomic.Bool
 	recent   []Event
+
+	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 }
 
 var poolIDs atomic.Uint64
@@ -148,17 +150,24 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.obs = obs
+	if cfg.Runtime == Process {
+		if err := p.openLimits(); err != nil {
+			return nil, err
+		}
+	}
 	if !supervised {
 		for i := range cfg.Lanes {
 			w, err := host{p}.StartLane(i, 0)
 			if err != nil {
 				p.stopLanes()
+				p.closeLimits()
 				return nil, err
 			}
 			w.Open()
 		}
 		if err := p.startObserving(); err != nil {
 			p.stopLanes()
+			p.closeLimits()
 			return nil, err
 		}
 		return p, nil
@@ -172,6 +181,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if err != nil {
 		p.closing.Store(true)
 		p.closeEvents()
+		p.closeLimits()
 		return nil, err
 	}
 	p.tree = tree
@@ -546,6 +556,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			<-p.watchDone
 		}
 		p.closeSpares()
+		p.closeLimits()
 		p.stopObserving()
 		p.closeEvents()
 		if len(unacked) > 0 {
@@ -677,6 +688,9 @@ type Stats struct {
 	Failed        bool   // the supervisor gave up every lane
 	DroppedEvents uint64 // events that found Events() full
 	Spares        []int  // process IDs of the spare lane processes waiting for a restart
+	// Limits is what enforces ProcessConfig.Limits: a cgroup per lane process (v1 or v2),
+	// or rlimits only; "" for goroutine lanes.
+	Limits LimitMechanism
 	// Tasks is the recent latency of each task's calls (with Config.LatencyWindow).
 	Tasks []TaskStats
 }
@@ -685,6 +699,7 @@ type Stats struct {
 func (p *Pool) Stats() Stats {
 	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
 		DroppedEvents: p.dropped.Load(), Spares: p.sparePIDs()}
+	s.Limits = p.limits.mechanism
 	for i := range p.laneCount() {
 		ls := LaneStats{Lane: i}
 		if p.tree != nil {

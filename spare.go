@@ -51,6 +51,7 @@ func (p *Pool) takeSpare(inc int) *spare {
 		select {
 		case <-sp.waited: // it died waiting
 			sp.sock.Close()
+			sp.dropCgroup(p.laneLog)
 		default:
 			if !frozen(sp.pid) {
 				return sp
@@ -167,7 +168,7 @@ func (p *Pool) startSpare() (*spare, error) {
 		}
 		return fail(err)
 	}
-	c, err := startChild(cmd, newLaneOutput(p.root, -1))
+	c, err := p.spawnChild(cmd, newLaneOutput(p.root, -1))
 	if theirs != nil {
 		theirs.Close() // the child's copy only: its death reads as end of file here
 	}
@@ -252,6 +253,7 @@ func (sp *spare) assign(record []byte, region, done *os.File) error {
 func (sp *spare) kill() {
 	_ = syscall.Kill(-sp.pid, syscall.SIGKILL)
 	<-sp.waited
+	sp.dropCgroup(zap.NewNop()) // one that cannot be removed now is removed again by Close
 	if sp.sock != nil {
 		sp.sock.Close()
 	}

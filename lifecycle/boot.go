@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -60,6 +59,9 @@ type Boot struct {
 	Beat        int64      `json:"beat_ns,omitempty"` // heartbeat period (0: none)
 	Carry       bool       `json:"carry,omitempty"`   // inputs open with carried context fields
 	Sandbox     *Sandbox   `json:"sandbox,omitempty"` // applied before the lane serves
+	// Limits are what the lane applies to itself before it serves (nil: nothing, as from a
+	// host older than limits).
+	Limits *BootLimits `json:"limits,omitempty"`
 }
 
 // Exit statuses of a lane process.
@@ -92,8 +94,7 @@ func Serve(h Hooks) int {
 			return ExitBoot
 		}
 	}
-	var b Boot
-	bootErr := json.Unmarshal([]byte(os.Getenv(EnvBoot)), &b)
+	b, bootErr := ParseBoot([]byte(os.Getenv(EnvBoot)))
 	root := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
 		time.Unix(0, b.Epoch), logging.ParseDebug(b.Debug))
 	log := root.Named(logging.Lifecycle)
@@ -108,6 +109,9 @@ func Serve(h Hooks) int {
 		log.Error("lane boot failed", zap.Error(err))
 		fmt.Fprintf(os.Stderr, "knit lane %d: %v\n", b.Lane, err)
 		return ExitBoot
+	}
+	if err := applyLimits(b.Limits, b.Lane, log); err != nil {
+		return bootFailed(fmt.Errorf("applying its resource limits: %w", err))
 	}
 	mp, err := mapRegion(b)
 	if err != nil {

@@ -30,6 +30,15 @@ type Exit struct {
 	Unresponsive string         // the host killed it: its heartbeat stood still
 	Corrupt      error          // the host killed it: it broke the ring protocol
 	Err          error          // waiting for it failed
+	// What the host knows of the lane's resource limits (ProcessConfig.Limits), all from the
+	// kernel, none from the lane.
+	OOMKills    uint64        // its cgroup's oom_kill count at its end (0 without a cgroup)
+	MemoryLimit int64         // its memory limit, bytes (0: none)
+	CPUTime     time.Duration // user+system CPU time it used (wait4's rusage)
+	CPULimit    time.Duration // its CPU-time limit as applied (RLIMIT_CPU; 0: none)
+	// DataLimited: its memory limit was RLIMIT_DATA, which counts thread stacks; and no
+	// process limit was set. A cgo lane that cannot create a thread then ran out of memory.
+	DataLimited bool
 }
 
 // Bounds on the lane's text in an error message: lines, bytes per line.
@@ -41,8 +50,11 @@ const (
 // Classify turns an ended lane into its coded error. The first matching rule wins:
 // THREAD_CLOSED after a stop request whatever the status; WORKER_STARTUP_FAILED before
 // ready; WORKER_CRASHED for a hard timeout; WORKER_UNRESPONSIVE for a lane the host killed
-// because its heartbeat stood still; WORKER_CRASHED for a corrupt ring, a signal, a Go panic
-// or fatal error; WORKER_EXITED for any other exit, with its status.
+// because its heartbeat stood still; WORKER_CRASHED for a corrupt ring; WORKER_OUT_OF_MEMORY
+// for a lane the kernel's OOM killer killed in its cgroup (SIGKILL and an oom_kill count) or
+// whose Go runtime died of "out of memory" or "cannot allocate memory"; WORKER_CPU_LIMIT for
+// a lane that used its CPU-time limit up; WORKER_CRASHED for a signal, a Go panic or fatal
+// error; WORKER_EXITED for any other exit, with its status.
 //
 // The message is one line (it goes into log lines as it is): the reason, then — unless the
 // lane was stopped — what the lane printed about it: the Go runtime's failure line, the
@@ -73,6 +85,13 @@ func Classify(x Exit) *Error {
 		e.Code, e.Message = CodeWorkerUnresponsive, "killed by the host: unresponsive: "+x.Unresponsive
 	case x.Corrupt != nil:
 		e.Code, e.Message, e.Cause = CodeWorkerCrashed, "killed by the host: corrupt ring", x.Corrupt
+	case x.Signal == syscall.SIGKILL && x.OOMKills > 0:
+		e.Code, e.Message = CodeWorkerOutOfMemory, "killed by the kernel's out-of-memory killer in its cgroup"+x.memoryLimit()+" ("+how+")"
+	case x.Status == 2 && x.outOfMemory(failure):
+		e.Code, e.Message = CodeWorkerOutOfMemory, failure+x.memoryLimit()+" ("+how+")"
+	case x.cpuLimitReached():
+		e.Code, e.Message = CodeWorkerCPULimit, fmt.Sprintf("used up its CPU time limit of %v (%v used; %s)",
+			x.CPULimit, x.CPUTime.Round(time.Millisecond), how)
 	case x.Signal != 0:
 		e.Code, e.Message = CodeWorkerCrashed, how
 	case x.Status == 2 && failure != "":
@@ -103,6 +122,33 @@ func Classify(x Exit) *Error {
 		e.Message += " | " + strings.Join(lines, " | ")
 	}
 	return e
+}
+
+// cpuLimitReached reports whether the lane ended for its CPU-time limit: it exited with
+// ExitCPULimit on the kernel's SIGXCPU at the soft limit, or died of SIGXCPU, or the kernel
+// killed it (SIGKILL) at the hard limit. The CPU time wait4 reports must agree: at least
+// half the limit after SIGXCPU (the kernel checks the limit against tick-sampled times, and
+// wait4's are scaled to the exact runtime: on a busy machine they fall well short), within
+// a tenth for a SIGKILL, which has many other causes. A task's os.Exit(80) early in a lane's
+// life is an exit, not a limit.
+func (x Exit) cpuLimitReached() bool {
+	switch {
+	case x.CPULimit <= 0:
+		return false
+	case x.Signal == 0 && x.Status == ExitCPULimit, x.Signal == syscall.SIGXCPU:
+		return x.CPUTime >= x.CPULimit/2
+	case x.Signal == syscall.SIGKILL:
+		return x.CPUTime >= x.CPULimit-max(x.CPULimit/10, 100*time.Millisecond)
+	}
+	return false
+}
+
+// memoryLimit names the lane's memory limit in a message, if it had one.
+func (x Exit) memoryLimit() string {
+	if x.MemoryLimit <= 0 {
+		return ""
+	}
+	return ", memory limit " + mib(x.MemoryLimit)
 }
 
 func (x Exit) how() string {
@@ -173,12 +219,20 @@ const (
 
 var goroutineHeader = regexp.MustCompile(`^goroutine (\d+)(?: [^\[]*)? \[([^\]]*)\]:$`)
 
+// runtimeSignal is the line the Go runtime starts its report with when it dies of a signal
+// ("SIGABRT: abort", "SIGSEGV: segmentation violation").
+var runtimeSignal = regexp.MustCompile(`^SIG[A-Z0-9]+: [a-z]`)
+
 // Line reads one line. It reports whether the line is part of a runtime crash report after
 // its failure line — a line of the goroutine dump, which a host logs at Debug only.
 func (c *CrashReport) Line(s string) (dump bool) {
 	switch c.phase {
 	case phaseBefore:
-		if strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") {
+		// Besides a panic or fatal error: cgo's own account of why it aborts ("runtime/cgo:
+		// pthread_create failed: ..."), and the runtime dying of a signal it cannot turn
+		// into a panic ("SIGABRT: abort", then "PC=...").
+		if strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") ||
+			strings.HasPrefix(s, "runtime/cgo: ") || runtimeSignal.MatchString(s) {
 			c.failure, c.phase, c.waited = cut(s), phaseHeader, 0
 		}
 		return false
@@ -187,7 +241,7 @@ func (c *CrashReport) Line(s string) (dump bool) {
 			c.header, c.phase = "goroutine "+m[1]+" ["+m[2]+"]:", phaseFrames
 			return true
 		}
-		if strings.HasPrefix(s, "[signal ") && c.signal == "" {
+		if (strings.HasPrefix(s, "[signal ") || runtimeSignal.MatchString(s)) && c.signal == "" {
 			c.signal = cut(s)
 		}
 		if dumpLike(s) { // the "runtime stack:" of a fatal error on the system stack, say

@@ -164,6 +164,18 @@ runtime.main()
 	/usr/local/go/src/runtime/proc.go:290 +0x2d5 fp=0x1a325aea47e0 sp=0x1a325aea4748 pc=0x443ef5
 `
 
+// cgoAbortReport is the start of what a cgo-linked Go program printed when glibc could not
+// map a new thread's stack under RLIMIT_DATA.
+const cgoAbortReport = `runtime/cgo: pthread_create failed: Resource temporarily unavailable
+SIGABRT: abort
+PC=0x7f5134051eec m=2 sigcode=18446744073709551610
+
+goroutine 0 gp=0x34eb41616b40 m=2 mp=0x34eb41650808 [idle]:
+runtime: g 0 gp=0x34eb41616b40: unknown pc 0x7f5134051eec
+stack: frame={sp:0x7f50ed35e8c0, fp:0x0} stack=[0x7f50ecb5f260,0x7f50ed35ee60)
+00007f50ed35e7c0: 942f04c0 942f04c0  942f04c0 942f04c0  ../.../.../.../.
+`
+
 func TestCrashReport(t *testing.T) {
 	cases := []struct {
 		name, report, failure string
@@ -186,6 +198,10 @@ func TestCrashReport(t *testing.T) {
 			"goroutine 1 [running]:", "main.main() at /tmp/crashgen/main.go:4"}, 1},
 		{"arguments", "panic: x\n\ngoroutine 5 [running]:\npkg.(*T[...]).f(0xc000, {0x1, 0x2})\n\t/p.go:3 +0x1\n",
 			"panic: x", []string{"goroutine 5 [running]:", "pkg.(*T[...]).f(…) at /p.go:3"}, 1},
+		{"cgo aborts", cgoAbortReport, "runtime/cgo: pthread_create failed: Resource temporarily unavailable",
+			[]string{"SIGABRT: abort", "goroutine 0 [idle]:"}, 0},
+		{"the runtime dies of a signal", "SIGQUIT: quit\nPC=0x4711 m=0 sigcode=0\n\ngoroutine 0 gp=0x1 m=0 mp=0x2 [idle]:\nruntime.futex(…)\n\t/r.go:1 +0x1\n",
+			"SIGQUIT: quit", []string{"goroutine 0 [idle]:", "runtime.futex(…) at /r.go:1"}, 0},
 		{"a line that only looks like one", "panic: not really\n" + strings.Repeat("more output\n", 20) + "panic: real\n\ngoroutine 3 [running]:\nmain.f()\n\t/m.go:1 +0x1\n",
 			"panic: real", []string{"goroutine 3 [running]:", "main.f() at /m.go:1"}, 0},
 	}

@@ -31,6 +31,13 @@ const (
 	// CodePoisonCall: a call that was running on two lanes that both died under it; it is
 	// not run a third time.
 	CodePoisonCall Code = "POISON_CALL"
+	// CodeWorkerOutOfMemory: a lane process ran out of memory under its limit: the kernel's
+	// OOM killer killed it in its cgroup, or the Go runtime died with "out of memory" /
+	// "cannot allocate memory" (ProcessConfig.Limits.Memory, or any limit put on it).
+	CodeWorkerOutOfMemory Code = "WORKER_OUT_OF_MEMORY"
+	// CodeWorkerCPULimit: a lane process used up its CPU-time limit
+	// (ProcessConfig.Limits.CPUTime) and the kernel ended it.
+	CodeWorkerCPULimit Code = "WORKER_CPU_LIMIT"
 )
 
 // Error is every failure knit reports. Two Errors match with errors.Is when their codes are
@@ -107,6 +114,8 @@ var (
 	ErrStartupFailed   = sentinel(CodeStartupFailed)
 	ErrUnresponsive    = sentinel(CodeWorkerUnresponsive)
 	ErrPoisonCall      = sentinel(CodePoisonCall)
+	ErrOutOfMemory     = sentinel(CodeWorkerOutOfMemory)
+	ErrCPULimit        = sentinel(CodeWorkerCPULimit)
 )
 
 func sentinel(c Code) *Error { return &Error{Code: c, Lane: -1} }

@@ -1,0 +1,500 @@
+package knit_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
+
+	"github.com/knitgo/knit"
+)
+
+// Tasks for the limits tests (the test binary is the lane binary).
+var (
+	// hoardMem allocates without bound, touching every page, and keeps all of it.
+	hoardMem = knit.Define("test.limits.hoard", func(ctx context.Context, _ int) (int, error) {
+		return hoard(ctx)
+	})
+	// hoardThreads hoards like hoardMem while 64 goroutines sleep in system calls, so that
+	// the runtime keeps starting threads (pthread_create, in this cgo-linked binary), whose
+	// stacks RLIMIT_DATA counts too.
+	hoardThreads = knit.Define("test.limits.hoardthreads", func(ctx context.Context, _ int) (int, error) {
+		for range 64 {
+			go func() {
+				for ctx.Err() == nil {
+					ts := unix.NsecToTimespec(int64(time.Millisecond))
+					_ = unix.Nanosleep(&ts, nil)
+				}
+			}()
+		}
+		return hoard(ctx)
+	})
+	// openFiles opens /dev/null n times, and closes them all before it returns.
+	openFiles = knit.Define("test.limits.files", func(_ context.Context, n int) (int, error) {
+		var files []*os.File
+		defer func() {
+			for _, f := range files {
+				f.Close()
+			}
+		}()
+		for i := range n {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				return i, err
+			}
+			files = append(files, f)
+		}
+		return n, nil
+	})
+	// burnCPU computes until its call is cancelled.
+	burnCPU = knit.Define("test.limits.burn", func(ctx context.Context, _ int) (int, error) {
+		x := 0
+		for ctx.Err() == nil {
+			for i := range 1 << 20 {
+				x ^= i
+			}
+		}
+		return x, nil
+	})
+	// startSetsid starts `sleep 1000` in a session of its own (setsid): out of the lane's
+	// process group, so that killing the group misses it. It returns the child's pid.
+	startSetsid = knit.Define("test.limits.setsid", func(context.Context, int) (int, error) {
+		cmd := exec.Command("sleep", "1000")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	// laneLimits returns the lane's /proc/self/limits and its Go memory limit.
+	laneLimits = knit.Define("test.limits.show", func(context.Context, int) ([]string, error) {
+		b, err := os.ReadFile("/proc/self/limits")
+		return []string{string(b), strconv.FormatInt(debug.SetMemoryLimit(-1), 10)}, err
+	})
+	limitTasks = []knit.Definition{add, hoardMem, hoardThreads, openFiles, burnCPU, startSetsid, exit3, laneLimits}
+)
+
+// bounded is the context of a call in these tests: a lane that hangs instead of reaching its
+// limit fails the test (at the deadline) rather than the whole suite at its timeout.
+func bounded(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// hoard allocates without bound, touching every page, and keeps all of it.
+func hoard(ctx context.Context) (int, error) {
+	var kept [][]byte
+	for ctx.Err() == nil {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		kept = append(kept, b)
+	}
+	return len(kept), ctx.Err()
+}
+
+// newLimitsPool starts a pool of process lanes with limits, or skips the test, saying why,
+// when it asks for cgroups this machine cannot give.
+func newLimitsPool(t *testing.T, lanes int, l knit.Limits) *knit.Pool {
+	t.Helper()
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: lanes, Logger: quiet(),
+		Process: knit.ProcessConfig{Limits: l}}, limitTasks...)
+	if err != nil && l.Cgroup == knit.CgroupRequired && strings.Contains(err.Error(), "cgroups unavailable") {
+		t.Skipf("this machine gives no cgroups: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+// serving calls add until stop is closed and returns how many calls succeeded, or the first
+// error: the other lanes, and the host, must serve on while one lane dies.
+func serving(ctx context.Context, p *knit.Pool, stop <-chan struct{}) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				if n == 0 {
+					done <- errors.New("no call was made")
+				}
+				close(done)
+				return
+			default:
+			}
+			if sum, err := add.Call(ctx, p, [2]int64{int64(n), 1}); err != nil || sum != int64(n)+1 {
+				done <- fmt.Errorf("call %d: %d, %v", n, sum, err)
+				return
+			}
+			n++
+		}
+	}()
+	return done
+}
+
+// testOutOfMemory: a task allocating without bound on a lane limited to 256 MiB ends its lane
+// WORKER_OUT_OF_MEMORY while the other lane and the host keep serving.
+func testOutOfMemory(t *testing.T, task *knit.Task[int, int], l knit.Limits, mechanisms ...knit.LimitMechanism) {
+	p := newLimitsPool(t, 2, l)
+	if got := p.Stats().Limits; !slices.Contains(mechanisms, got) {
+		t.Fatalf("Stats().Limits = %q, want one of %q", got, mechanisms)
+	}
+	stop := make(chan struct{})
+	others := serving(bounded(t), p, stop)
+	_, err := task.Call(bounded(t), p, 0)
+	close(stop)
+	if !errors.Is(err, knit.ErrWorkerOutOfMemory) || !strings.Contains(err.Error(), "memory limit 256 MiB") {
+		t.Fatalf("hoarding under a 256 MiB limit: %v, want WORKER_OUT_OF_MEMORY", err)
+	}
+	t.Logf("the lane's end: %v", err)
+	if err := <-others; err != nil {
+		t.Fatalf("the other calls while a lane ran out of memory: %v", err)
+	}
+	if sum, err := add.Call(bounded(t), p, [2]int64{20, 22}); err != nil || sum != 42 {
+		t.Fatalf("after the lane ran out of memory: %d, %v", sum, err)
+	}
+}
+
+func TestLimitsOutOfMemoryRlimit(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory does not fit a 256 MiB data limit (RLIMIT_DATA counts it): " +
+			".ci/run runs the limits tests without -race too")
+	}
+	l := knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupOff}
+	t.Run("heap", func(t *testing.T) { testOutOfMemory(t, hoardMem, l, knit.LimitsRlimits) })
+	// The Go runtime cannot map heap, or cgo cannot map a new thread's stack
+	// ("runtime/cgo: pthread_create failed"): either is out of memory.
+	t.Run("heap and threads", func(t *testing.T) { testOutOfMemory(t, hoardThreads, l, knit.LimitsRlimits) })
+}
+
+func TestLimitsOutOfMemoryCgroup(t *testing.T) {
+	testOutOfMemory(t, hoardMem, knit.Limits{Memory: 256 << 20, Cgroup: knit.CgroupRequired}, knit.LimitsCgroupV1, knit.LimitsCgroupV2)
+}
+
+// TestLimitsOpenFiles: a task opening files past the limit gets EMFILE as its own error; the
+// lane serves on.
+func TestLimitsOpenFiles(t *testing.T) {
+	p := newLimitsPool(t, 1, knit.Limits{OpenFiles: 64, Cgroup: knit.CgroupOff})
+	n, err := openFiles.Call(bounded(t), p, 100)
+	if !errors.Is(err, knit.ErrTaskError) || !strings.Contains(err.Error(), syscall.EMFILE.Error()) {
+		t.Fatalf("opening 100 files under a limit of 64: %d, %v; want TASK_ERROR %q", n, err, syscall.EMFILE.Error())
+	}
+	if n, err := openFiles.Call(bounded(t), p, 20); err != nil || n != 20 {
+		t.Fatalf("20 files after that: %d, %v", n, err)
+	}
+	if ls := p.Stats().Lanes[0]; ls.Restarts != 0 || ls.Incarnation != 0 {
+		t.Fatalf("the lane was restarted: %+v", ls)
+	}
+}
+
+// TestLimitsCPUTime: a lane that uses up its CPU time ends WORKER_CPU_LIMIT; the others
+// serve on.
+func TestLimitsCPUTime(t *testing.T) {
+	p := newLimitsPool(t, 2, knit.Limits{CPUTime: time.Second, Cgroup: knit.CgroupOff})
+	stop := make(chan struct{})
+	others := serving(bounded(t), p, stop)
+	_, err := burnCPU.Call(bounded(t), p, 0)
+	close(stop)
+	if !errors.Is(err, knit.ErrWorkerCPULimit) || !strings.Contains(err.Error(), "CPU time limit of 1s") {
+		t.Fatalf("burning CPU under a 1 s limit: %v, want WORKER_CPU_LIMIT", err)
+	}
+	if err := <-others; err != nil {
+		t.Fatalf("the other calls while a lane used up its CPU time: %v", err)
+	}
+}
+
+// waitGone waits for process pid to end: a pidfd becomes readable when it does.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(pidfd)
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 60_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("setsid child %d outlived %s (poll %d, %v)", pid, what, n, err)
+		}
+		return
+	}
+}
+
+// TestLimitsDescendantsDie: a child a task started in a session of its own dies with its
+// lane's cgroup, when the lane dies and when the pool closes.
+func TestLimitsDescendantsDie(t *testing.T) {
+	for _, end := range []string{"its lane's exit", "Close"} {
+		t.Run(end, func(t *testing.T) {
+			p := newLimitsPool(t, 1, knit.Limits{Cgroup: knit.CgroupRequired})
+			pid, err := startSetsid.Call(bounded(t), p, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Kill(pid, syscall.SIGKILL) // should the test fail
+			if sid, err := unix.Getsid(pid); err != nil || sid != pid {
+				t.Fatalf("the child is not in a session of its own: sid %d, %v", sid, err)
+			}
+			if end == "Close" {
+				if err := p.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := exit3.Call(bounded(t), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+				t.Fatalf("exit(3): %v", err)
+			}
+			waitGone(t, pid, end)
+		})
+	}
+}
+
+// knitCgroups lists the knit-<pid>-* cgroup directories of host pid, in every hierarchy (under
+// this process's cgroups: where a host started as this one's child makes its own too).
+func knitCgroups(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, root := range []string{"/sys/fs/cgroup/*", "/sys/fs/cgroup"} {
+			dirs, _ := filepath.Glob(filepath.Join(root, parts[2], fmt.Sprintf("knit-%d-*", pid)))
+			for _, d := range dirs {
+				if !seen[d] {
+					seen[d] = true
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestLimitsCgroupsRemoved: a lane's cgroup goes when it ends, and the pool's at Close,
+// restarts and spares included.
+func TestLimitsCgroupsRemoved(t *testing.T) {
+	p := newLimitsPool(t, 2, knit.Limits{Memory: 512 << 20, Processes: 200, CPUs: 1, Cgroup: knit.CgroupRequired})
+	if len(knitCgroups(t, os.Getpid())) == 0 {
+		t.Fatal("no knit cgroup directory while the pool runs")
+	}
+	for range 3 { // three lane processes end and are replaced (from spares)
+		if _, err := exit3.Call(bounded(t), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+			t.Fatalf("exit(3): %v", err)
+		}
+	}
+	if sum, err := add.Call(bounded(t), p, [2]int64{1, 2}); err != nil || sum != 3 {
+		t.Fatalf("after the restarts: %d, %v", sum, err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left := knitCgroups(t, os.Getpid()); len(left) > 0 {
+		t.Fatalf("cgroup directories left after Close: %v", left)
+	}
+}
+
+// TestLimitsRefused: limits that cannot mean anything fail NewPool.
+func TestLimitsRefused(t *testing.T) {
+	for _, l := range []knit.Limits{{Memory: -1}, {CPUTime: -time.Second}, {CPUs: -1}, {CPUs: 0.001}, {OpenFiles: -1}, {Processes: -2}, {Cgroup: 7}} {
+		_, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Process: knit.ProcessConfig{Limits: l}}, add)
+		if !errors.Is(err, knit.ErrPoolUnavailable) || !strings.Contains(err.Error(), "Limits") {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+}
+
+// TestLimitsApplied: a lane applies its limits to itself before it serves, a lane started
+// directly and one made from a spare alike; where a cgroup enforces memory and processes,
+// it leaves them to the cgroup.
+func TestLimitsApplied(t *testing.T) {
+	limit := func(limits, name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + `\s+(\S+)\s+(\S+)`).FindStringSubmatch(limits)
+		if m == nil {
+			t.Fatalf("no %q in %s", name, limits)
+		}
+		return m[1] + " " + m[2]
+	}
+	for _, mode := range []knit.CgroupMode{knit.CgroupOff, knit.CgroupRequired} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			l := knit.Limits{CPUTime: 89500 * time.Millisecond, OpenFiles: 128, Processes: 5000, Cgroup: mode}
+			if mode == knit.CgroupRequired || !raceEnabled { // race-built lanes do not fit RLIMIT_DATA
+				l.Memory = 512 << 20
+			}
+			p := newLimitsPool(t, 1, l)
+			for i, how := range []string{"started directly", "from a spare"} {
+				if i == 1 {
+					if _, err := exit3.Call(bounded(t), p, 3); !errors.Is(err, knit.ErrWorkerExited) {
+						t.Fatalf("exit(3): %v", err)
+					}
+				}
+				got, err := laneLimits.Call(bounded(t), p, 0)
+				if err != nil {
+					t.Fatalf("%s: %v", how, err)
+				}
+				want := map[string]string{
+					"Max cpu time":       "90 91",
+					"Max open files":     "128 128",
+					"Max core file size": "0 0",
+					"Max data size":      "536870912 536870912",
+					"Max processes":      "5000 5000",
+				}
+				if l.Memory == 0 {
+					delete(want, "Max data size")
+				}
+				if mode == knit.CgroupRequired { // the cgroup's memory.max and pids.max instead
+					want["Max data size"] = limit(readLimits(t), "Max data size")
+					want["Max processes"] = limit(readLimits(t), "Max processes")
+				}
+				for name, w := range want {
+					if g := limit(got[0], name); g != w {
+						t.Errorf("%s: %s: %q, want %q", how, name, g, w)
+					}
+				}
+				if l.Memory > 0 && got[1] != "469762048" { // 512 MiB less an eighth
+					t.Errorf("%s: Go memory limit %s, want 448 MiB", how, got[1])
+				}
+			}
+		})
+	}
+}
+
+// readLimits is the host's own /proc/self/limits.
+func readLimits(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestLimitsFallback: where the host cannot make cgroups (here: a parent that does not
+// exist), CgroupAuto falls back to rlimits, says so once, and the limits still hold;
+// CgroupRequired fails NewPool instead.
+func TestLimitsFallback(t *testing.T) {
+	obs, logs := observer.New(zap.WarnLevel)
+	l := knit.Limits{OpenFiles: 64, CPUs: 0.5, CgroupParent: "/knit-no-such-parent"}
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 2, Logger: zap.New(obs),
+		Process: knit.ProcessConfig{Limits: l}}, limitTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if got := p.Stats().Limits; got != knit.LimitsRlimits {
+		t.Fatalf("Stats().Limits = %q, want rlimits", got)
+	}
+	if _, err := openFiles.Call(bounded(t), p, 100); !errors.Is(err, knit.ErrTaskError) {
+		t.Fatalf("100 files under a limit of 64, without a cgroup: %v", err)
+	}
+	warned := logs.FilterMessageSnippet("no cgroup").All()
+	if len(warned) != 1 || !strings.Contains(warned[0].Message, "CPUs is not enforced") ||
+		!strings.Contains(fmt.Sprint(warned[0].ContextMap()["error"]), "knit-no-such-parent") {
+		t.Fatalf("want one warning naming the reason and what is lost, got %v", warned)
+	}
+	l.Cgroup = knit.CgroupRequired
+	_, err = knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Logger: quiet(), Process: knit.ProcessConfig{Limits: l}}, add)
+	if !errors.Is(err, knit.ErrPoolUnavailable) || !strings.Contains(err.Error(), "CgroupRequired") {
+		t.Fatalf("CgroupRequired without cgroups: %v", err)
+	}
+}
+
+// TestHelperCgroupHost is not a test: TestLimitsSweepAfterHostKilled runs the test binary as
+// a host with cgroups whose lane starts a setsid child; it prints the child's pid and waits to
+// be killed.
+func TestHelperCgroupHost(t *testing.T) {
+	if os.Getenv("KNIT_TEST_CGROUP_HOST") == "" {
+		t.Skip("helper process only")
+	}
+	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Logger: quiet(),
+		Process: knit.ProcessConfig{Limits: knit.Limits{Cgroup: knit.CgroupRequired}}}, limitTasks...)
+	if err != nil {
+		fmt.Println("no-cgroups:", err)
+		return
+	}
+	pid, err := startSetsid.Call(bounded(t), p, 0)
+	fmt.Printf("setsid-child=%d %v\n", pid, err)
+	select {}
+}
+
+// TestLimitsSweepAfterHostKilled: a host killed with SIGKILL leaves its cgroups, with the
+// setsid child of its lane still running in one; the next pool with cgroups kills the child
+// and removes them.
+func TestLimitsSweepAfterHostKilled(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestHelperCgroupHost$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "KNIT_TEST_CGROUP_HOST=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	child := 0
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		line := sc.Text()
+		if strings.HasPrefix(line, "no-cgroups:") {
+			t.Skipf("this machine gives no cgroups: %s", line)
+		}
+		if _, err := fmt.Sscanf(line, "setsid-child=%d", &child); err == nil {
+			break
+		}
+	}
+	if child <= 0 {
+		t.Fatal("the helper host printed no child pid")
+	}
+	defer syscall.Kill(child, syscall.SIGKILL) // should the test fail
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	left := knitCgroups(t, cmd.Process.Pid)
+	if len(left) == 0 {
+		t.Fatal("the killed host left no cgroup: the test needs one")
+	}
+	if err := syscall.Kill(child, 0); err != nil {
+		t.Fatalf("the setsid child is gone before the sweep (%v): the test needs it alive", err)
+	}
+	p := newLimitsPool(t, 1, knit.Limits{Cgroup: knit.CgroupRequired})
+	waitGone(t, child, "the sweep of its dead host's cgroup")
+	if now := knitCgroups(t, cmd.Process.Pid); len(now) > 0 {
+		t.Fatalf("cgroups of the dead host left after NewPool: %v", now)
+	}
+	_ = p.Close(context.Background())
+}
