@@ -19,12 +19,7 @@ func BenchmarkSandbox(b *testing.B) {
 		cfg  func(b *testing.B) knit.ProcessConfig
 	}{
 		{"none", func(*testing.B) knit.ProcessConfig { return knit.ProcessConfig{} }},
-		{"rlimits", func(b *testing.B) knit.ProcessConfig {
-			// The lead replaces this skip with a ProcessConfig.Limits setting when the
-			// limits branch is merged.
-			b.Skip("ProcessConfig.Limits is not in this build")
-			return knit.ProcessConfig{}
-		}},
+		// rlimits and cgroups: BenchmarkLimitsStartup and BenchmarkLimitsCall.
 		{"landlock", func(b *testing.B) knit.ProcessConfig {
 			return knit.ProcessConfig{Sandbox: benchLandlock(b)}
 		}},
