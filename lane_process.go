@@ -252,8 +252,8 @@ func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
-		Carry: cfg.Propagator != nil,
-		Shm:   rendezvous, Limits: l.p.limits.boot,
+		Carry: cfg.Propagator != nil, Timed: l.p.obs.timed(),
+		Shm: rendezvous, Limits: l.p.limits.boot,
 	}
 	boot.Sandbox = laneSandbox(cfg)
 	for _, d := range l.p.defs {

@@ -58,6 +58,7 @@ type Boot struct {
 	PanicCrash  bool       `json:"panic_crash,omitempty"`
 	Beat        int64      `json:"beat_ns,omitempty"` // heartbeat period (0: none)
 	Carry       bool       `json:"carry,omitempty"`   // inputs open with carried context fields
+	Timed       bool       `json:"timed,omitempty"`   // time each call for the host's metrics
 	Sandbox     *Sandbox   `json:"sandbox,omitempty"` // applied before the lane serves
 	// Limits are what the lane applies to itself before it serves (nil: nothing, as from a
 	// host older than limits).
@@ -179,7 +180,7 @@ func Serve(h Hooks) int {
 		Panic:   b.PanicCrash,
 		// Two clock reads per call against a round trip of tens of µs: the host's metrics
 		// split run from wait time with them.
-		Timed: true,
+		Timed: b.Timed,
 	}
 	region.Boot().Store(fastpath.BootReady)
 	_ = done.Signal() // the host's reaper waits on this doorbell for readiness too
