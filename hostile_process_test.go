@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,15 +202,16 @@ func TestHelperNamedHost(t *testing.T) {
 	t.Fatalf("NewPool returned: %v", err)
 }
 
-// TestSweepAfterHostKilled kills a host (SIGKILL) while its Named lanes boot, when its
-// rendezvous names exist, and checks that the next process pool removes them.
-func TestSweepAfterHostKilled(t *testing.T) {
+// startHelperHost runs this test binary's test helper as a child host, with env set
+// ("NAME=value"), and returns it and its stdout. The child dies with the test (Pdeathsig).
+func startHelperHost(t *testing.T, helper, env string) (*exec.Cmd, io.ReadCloser) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^TestHelperNamedHost$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "KNIT_TEST_NAMED_HOST=1")
+	cmd := exec.Command(exe, "-test.run=^"+helper+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -218,6 +220,13 @@ func TestSweepAfterHostKilled(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return cmd, out
+}
+
+// TestSweepAfterHostKilled kills a host (SIGKILL) while its Named lanes boot, when its
+// rendezvous names exist, and checks that the next process pool removes them.
+func TestSweepAfterHostKilled(t *testing.T) {
+	cmd, out := startHelperHost(t, "TestHelperNamedHost", "KNIT_TEST_NAMED_HOST=1")
 	sc := bufio.NewScanner(out)
 	for sc.Scan() && !strings.Contains(sc.Text(), "lane-spawned") {
 	}

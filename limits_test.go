@@ -450,20 +450,7 @@ func TestHelperCgroupHost(t *testing.T) {
 // setsid child of its lane still running in one; the next pool with cgroups kills the child
 // and removes them.
 func TestLimitsSweepAfterHostKilled(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^TestHelperCgroupHost$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "KNIT_TEST_CGROUP_HOST=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startHelperHost(t, "TestHelperCgroupHost", "KNIT_TEST_CGROUP_HOST=1")
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	child := 0
