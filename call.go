@@ -195,12 +195,10 @@ func (p *Pool) Help(c actors.Pender) {
 		return
 	}
 	for i := range p.laneCount() {
-		s := &p.slots[i]
-		if l := s.cur.Load(); l != nil && l.waiters.Load() > 0 {
-			l.kickReaper()
-		}
-		if l := s.old.Load(); l != nil && l.waiters.Load() > 0 {
-			l.kickReaper()
+		for _, l := range p.slots[i].lanes() {
+			if l != nil && l.waiters.Load() > 0 {
+				l.kickReaper()
+			}
 		}
 	}
 }
@@ -243,12 +241,10 @@ const probeEvery = 16
 // kickReapers wakes every lane's reaper that idles for want of work.
 func (p *Pool) kickReapers() {
 	for i := range p.laneCount() {
-		s := &p.slots[i]
-		if l := s.cur.Load(); l != nil {
-			l.kickReaper()
-		}
-		if l := s.old.Load(); l != nil {
-			l.kickReaper()
+		for _, l := range p.slots[i].lanes() {
+			if l != nil {
+				l.kickReaper()
+			}
 		}
 	}
 }
@@ -257,12 +253,10 @@ func (p *Pool) kickReapers() {
 // how many there were.
 func (p *Pool) drainAll() (settled int) {
 	for i := range p.laneCount() {
-		s := &p.slots[i]
-		if l := s.cur.Load(); l != nil && l.reaper {
-			settled += l.drain()
-		}
-		if l := s.old.Load(); l != nil && l.reaper {
-			settled += l.drain()
+		for _, l := range p.slots[i].lanes() {
+			if l != nil && l.reaper {
+				settled += l.drain()
+			}
 		}
 	}
 	return settled

@@ -504,12 +504,10 @@ func (p *Pool) idle() bool {
 		return false
 	}
 	for i := range p.laneCount() {
-		s := &p.slots[i]
-		if l := s.cur.Load(); l != nil && l.inflight.Load() != 0 {
-			return false
-		}
-		if l := s.old.Load(); l != nil && l.inflight.Load() != 0 {
-			return false
+		for _, l := range p.slots[i].lanes() {
+			if l != nil && l.inflight.Load() != 0 {
+				return false
+			}
 		}
 	}
 	return true
@@ -517,12 +515,10 @@ func (p *Pool) idle() bool {
 
 func (p *Pool) wakeReapers() {
 	for i := range p.laneCount() {
-		s := &p.slots[i]
-		if l := s.cur.Load(); l != nil {
-			l.wakeReaper()
-		}
-		if l := s.old.Load(); l != nil {
-			l.wakeReaper()
+		for _, l := range p.slots[i].lanes() {
+			if l != nil {
+				l.wakeReaper()
+			}
 		}
 	}
 }

@@ -30,6 +30,9 @@ type laneSlot struct {
 	old atomic.Pointer[lane] // a recycled incarnation finishing its calls, nil when none
 }
 
+// lanes returns the slot's incarnations, current and finishing; either may be nil.
+func (s *laneSlot) lanes() [2]*lane { return [2]*lane{s.cur.Load(), s.old.Load()} }
+
 // laneCount is how many lanes the pool has: slots [0, laneCount) are in use. Retiring lanes
 // count until they have stopped; a slot whose lane is booting for the first time is nil.
 func (p *Pool) laneCount() int { return int(p.size.Load()) }

@@ -46,7 +46,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 			last, lastOld = append(last, seen{}), append(lastOld, seen{})
 		}
 		for i := range n {
-			for k, l := range [2]*lane{p.slots[i].cur.Load(), p.slots[i].old.Load()} {
+			for k, l := range p.slots[i].lanes() {
 				if l == nil || l.proc == nil {
 					continue
 				}
