@@ -62,6 +62,39 @@ const (
 	FirstIdleOrRandom          // the first idle lane, else a random one
 )
 
+// Steal says whether a pool's idle lanes take calls from one shared submit ring (work
+// stealing) and which claim discipline they use (docs/stealing.md).
+type Steal int
+
+// Steal modes.
+const (
+	// StealAuto (the default) steals, with StealTicket, in pools of 2 to 31 lanes whose
+	// Balancer is the default and whose process lanes are not sandboxed (a sandbox means
+	// untrusted code, which must not share a mapping with other lanes); other pools use
+	// private lanes.
+	StealAuto Steal = iota
+	// StealOff sends every call to one lane's private ring, chosen by the Balancer.
+	StealOff
+	// StealTicket: lanes claim batches by advancing a 64-bit ticket head with CAS.
+	StealTicket
+	// StealDekker: lanes claim regions of the ring, announcing themselves in WANT words.
+	StealDekker
+)
+
+func (s Steal) String() string {
+	switch s {
+	case StealAuto:
+		return "auto"
+	case StealOff:
+		return "off"
+	case StealTicket:
+		return "ticket"
+	case StealDekker:
+		return "dekker"
+	}
+	return fmt.Sprintf("Steal(%d)", int(s))
+}
+
 // Payload sets the sizes of the fast path.
 type Payload struct {
 	Inline  int // bytes carried inside a slot; a multiple of 64 (default 512)
@@ -160,6 +193,12 @@ type Config struct {
 	// incarnation finishes the calls it holds and stops. It is a trigger, not a cap: a lane
 	// takes the calls that reach it while its replacement boots. docs/lifecycle.md.
 	MaxCallsPerLane int
+	// Steal has idle lanes take calls from a shared submit ring, so that a fast call never
+	// waits behind a slow one while another lane is free (default StealAuto: on for 2 to 31
+	// lanes with the default Balancer; StealOff for private lanes). Each lane still answers
+	// on its own return ring, and when a lane dies the calls it had claimed settle exactly as
+	// on private lanes (docs/stealing.md).
+	Steal Steal
 }
 
 // Restart is a pool's supervision policy (see the supervisor package).

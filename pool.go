@@ -667,6 +667,9 @@ type LaneStats struct {
 	TotalFailed    uint64
 	Crashes        int
 	Recycles       int // planned replacements (MaxCallsPerLane, MaxLaneMemory)
+	// Claimed counts the calls the lane's current incarnation took from the pool's shared
+	// submit ring (work stealing); InFlight and Queued count only its private ring.
+	Claimed uint64
 }
 
 func (l *lane) pid() int {
@@ -689,6 +692,11 @@ type Stats struct {
 	Limits LimitMechanism
 	// Tasks is the recent latency of each task's calls (with Config.LatencyWindow).
 	Tasks []TaskStats
+	// Steal is the work-stealing discipline in use (StealTicket or StealDekker), or
+	// StealOff for private lanes; Shared counts the calls on the shared submit ring or its
+	// backlog, not yet claimed or claimed and unsettled.
+	Steal  Steal
+	Shared int
 }
 
 // Stats returns a snapshot of the pool's lanes.
