@@ -196,7 +196,7 @@ func (p *Pool) Help(c actors.Pender) {
 	}
 	for i := range p.laneCount() {
 		for _, l := range p.slots[i].lanes() {
-			if l != nil && l.waiters.Load() > 0 {
+			if l != nil && l.waited() {
 				l.kickReaper()
 			}
 		}
@@ -299,8 +299,11 @@ func (setCarrier) Keys() []string          { return nil }
 // lane to interrupt it.
 func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In, Out]) {
 	// The result may be waiting on its lane's return ring, undrained: it counts.
-	if l := p.laneByKey(r.Lane.Load()); l != nil && l.reaper {
+	key := r.Lane.Load()
+	if l := p.laneByKey(key); l != nil && l.reaper {
 		l.drain()
+	} else if key == sharedKey && p.reaped {
+		p.drainAll() // any lane may have answered a call from the shared ring
 	}
 	if !r.Pending() {
 		return
@@ -311,6 +314,10 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 	} else {
 		_, err := t.failure(ctx, ctx.Err())
 		r.Fail(err)
+	}
+	if r.Lane.Load() == sharedKey {
+		t.expireShared(p, r, cause)
+		return
 	}
 	l := p.laneByKey(r.Lane.Load())
 	if l == nil || l.proc == nil {
@@ -337,6 +344,35 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 			if r.Gen.Load() == gen && r.Lane.Load() == key {
 				l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
 			}
+		})
+	}
+}
+
+// expireShared asks the process lane running an expired call from the shared ring to
+// interrupt it, or kills it at the hard timeout, as expire does for a lane's own calls. The
+// lane is the one whose claim journal shows the call started; a call not started yet keeps
+// its raised abort bit, which the lane that claims it sees before it runs it.
+func (t *Task[In, Out]) expireShared(p *Pool, r *actors.Record[In, Out], cause error) {
+	s := p.shared
+	if s == nil || !p.reaped {
+		return
+	}
+	seq, gen := r.Seq.Load(), r.Gen.Load()
+	hard := t.def.Options().HardTimeout
+	kill := func() {
+		if l := s.holder(seq); l != nil && l.proc != nil && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
+			l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
+		}
+	}
+	s.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)
+	if cause == errHardTimeout {
+		kill()
+		return
+	}
+	if !r.Hard.IsZero() {
+		time.AfterFunc(time.Until(r.Hard), func() {
+			p.drainAll()
+			kill()
 		})
 	}
 }

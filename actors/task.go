@@ -591,6 +591,14 @@ type LaneEnd struct {
 	// Requeue dispatches a call again, on another lane; false when it cannot (the pool is
 	// closing).
 	Requeue func(Retry) bool
+	// Shared, if set, picks among the calls on a shared submit ring (Lane is the ring's
+	// key) those the lane held: held says whether it held the call published with sequence
+	// number seq (abort is the call's abort bit), started whether it had started it
+	// (Started is not used).
+	Shared func(seq uint64, abort int32) (held, started bool)
+	// Keep fails the calls but leaves their records held as they are, never reused: a
+	// result that may still come for one of them settles nothing.
+	Keep bool
 }
 
 // Retry is a call handed back for another lane. Its record keeps the dispatch reference;
@@ -611,9 +619,20 @@ type Retry struct {
 func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 	n := 0
 	t.Records.Held(e.Owner, e.Lane, func(r *Record[In, Out]) {
-		n++
 		seq := r.Seq.Load()
 		started := seq != 0 && seq <= e.Started
+		if e.Shared != nil {
+			held, s := e.Shared(seq, r.Abort.Load())
+			if !held {
+				return
+			}
+			started = s
+		}
+		n++
+		if e.Keep {
+			r.Fail(e.Err(started, false))
+			return
+		}
 		poison := started && r.deaths > 0
 		again := e.Release && e.Requeue != nil && r.Pending() && r.ctx.Err() == nil &&
 			(!started || t.opts.Idempotent && !poison)

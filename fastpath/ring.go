@@ -360,3 +360,16 @@ func (b Bitmap) Test(i int) bool {
 // Peek returns the pending mask without the consumer's private state: safe for observers
 // other than the consumer, at the cost of a second atomic load.
 func (c *Consumer) Peek() uint32 { return c.prod.Load() ^ c.cons.Load() }
+
+// BitmapSize is the bytes a bitmap of bits takes, a multiple of 64.
+func BitmapSize(bits int) int { return abortBytes(bits) }
+
+// BitmapOver is a bitmap of bits over mem, which must hold BitmapSize(bits) bytes, 4-byte
+// aligned (a pool's shared abort bitmap, outside any region).
+func BitmapOver(mem []byte, bits int) (Bitmap, error) {
+	n := abortBytes(bits)
+	if bits < 0 || len(mem) < n {
+		return Bitmap{}, fmt.Errorf("%w: %d bytes for a bitmap of %d bits", ErrLayout, len(mem), bits)
+	}
+	return Bitmap{mem: mem[:n], bits: bits}, nil
+}
