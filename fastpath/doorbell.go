@@ -109,12 +109,15 @@ func (w *Wake) Park(bell Bell, ready func() bool, timeout time.Duration) {
 func (w *Wake) SetAwake() { w.awake.Store(1) }
 
 // Ring wakes the consumer if it is parked or about to park; it costs one load when the
-// consumer is awake.
+// consumer is awake. A ChanBell keeps its wake as a token that the next Wait takes, so it
+// needs no bump of the counter (an atomic add on every call to a parked goroutine lane).
 func (w *Wake) Ring(bell Bell) bool {
 	if w.awake.Load() != 0 {
 		return false
 	}
-	w.counter.Add(1)
+	if _, ok := bell.(*ChanBell); !ok {
+		w.counter.Add(1)
+	}
 	bell.Wake(w.counter)
 	return true
 }
