@@ -286,3 +286,54 @@ func TestFutureWaitHelps(t *testing.T) {
 	}
 	task.Records.Release(a.r)
 }
+
+// A Future is one allocation: its channel is made only for a caller of Done, before or
+// after the settle, and closed either way.
+func TestFutureOneAllocationDoneLazily(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() {
+		f := NewFuture[int]()
+		FailFuture(f, nil)
+		_, _ = f.Wait()
+	}); n != 1 {
+		t.Errorf("a future settled and waited for without Done: %v allocations, want 1", n)
+	}
+	task := defineTest(t, double, Options{})
+	a := attach(t, task, false, nil)
+	d := a.f.Done()
+	if a.f.Done() != d {
+		t.Fatal("Done returned another channel")
+	}
+	select {
+	case <-d:
+		t.Fatal("Done closed before the call settled")
+	default:
+	}
+	a.r.Resolve(9)
+	<-d // closed by the settle
+	task.Records.Release(a.r)
+
+	b := attach(t, task, false, nil)
+	b.r.Resolve(1)
+	<-b.f.Done() // made after the settle: closed at once
+	if out, err := b.f.Wait(); out != 1 || err != nil {
+		t.Fatalf("Wait = %v, %v; want 1, nil", out, err)
+	}
+	task.Records.Release(b.r)
+}
+
+// Done racing the settle: whichever comes first, the channel Done made is closed exactly
+// once (a close by both would panic) and Pending is false once Wait has returned.
+func TestFutureDoneRacesSettle(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	for range 2000 {
+		a := attach(t, task, false, nil)
+		got := make(chan (<-chan struct{}), 1)
+		go func() { got <- a.f.Done() }()
+		a.r.Resolve(2)
+		<-<-got
+		if _, err := a.f.Wait(); err != nil || a.f.Pending() {
+			t.Fatalf("after Wait: %v, pending %v", err, a.f.Pending())
+		}
+		task.Records.Release(a.r)
+	}
+}
