@@ -498,8 +498,14 @@ func (l *lane) linger() (settled bool) {
 	}
 	p.lingering.Store(false)
 	p.spinning.Store(false)
-	// Other reapers stood aside while this one lingered: wake those whose lanes have a
+	// Other reapers stood aside while this one lingered: wake them all while a future is
+	// outstanding, as Help does when it stops (the future's call may be on any lane, and a
+	// reaper that saw the token taken idles until kicked), else those whose lanes have a
 	// caller waiting (their own kick may have come while the token was taken).
+	if p.futures.Load() > 0 || p.closing.Load() {
+		p.kickReapers()
+		return settled
+	}
 	for i := range p.laneCount() {
 		s := &p.slots[i]
 		if o := s.cur.Load(); o != nil && o != l && o.waiters.Load() > 0 {
