@@ -423,6 +423,8 @@ func (l *lane) reap() {
 		l.done.Wait(l.doneBell, 0)
 		l.checkReady()
 	}
+	safety := time.NewTimer(reapSafety)
+	defer safety.Stop()
 	for {
 		l.drain()
 		select {
@@ -433,9 +435,13 @@ func (l *lane) reap() {
 		// Nobody waits, or a spinning caller drains for everyone: idle until kicked. Not
 		// while the lane is stopping: a spinner drains every lane but notes only its own
 		// lane's acknowledgement, so this reaper must wait for it on the doorbell.
-		if l.state.Load() != laneStopping && ((l.waiters.Load() == 0 && l.p.futures.Load() == 0 && !l.p.closing.Load()) || l.p.spinning.Load()) {
+		if l.state.Load() != laneStopping && (!l.needsReaper() && l.p.futures.Load() == 0 && !l.p.closing.Load() || l.p.spinning.Load()) {
+			// The safety net drains, now and then, results nobody has asked for yet: those
+			// of futures nobody waits on, or the last calls of a retiring lane.
+			safety.Reset(reapSafety)
 			select {
 			case <-l.kick:
+			case <-safety.C:
 			case <-l.ended:
 				return
 			}
@@ -480,7 +486,7 @@ func (l *lane) linger() (settled bool) {
 		if p.drainAll() > 0 {
 			last, settled = time.Time{}, true
 		}
-		if isClosed(l.ended) || p.futures.Load() == 0 && l.waiters.Load() == 0 {
+		if isClosed(l.ended) || p.futures.Load() == 0 && !l.needsReaper() {
 			break // (Close waits for acknowledgements on the doorbell, not here)
 		}
 		spin.Pause()
@@ -499,19 +505,19 @@ func (l *lane) linger() (settled bool) {
 	p.lingering.Store(false)
 	p.spinning.Store(false)
 	// Other reapers stood aside while this one lingered: wake them all while a future is
-	// outstanding, as Help does when it stops (the future's call may be on any lane, and a
-	// reaper that saw the token taken idles until kicked), else those whose lanes have a
-	// caller waiting (their own kick may have come while the token was taken).
+	// waited on, as Help does when it stops (the future's call may be on any lane, and a
+	// reaper that saw the token taken idles until kicked), else those whose lanes need a
+	// reaper (their own kick may have come while the token was taken).
 	if p.futures.Load() > 0 || p.closing.Load() {
 		p.kickReapers()
 		return settled
 	}
 	for i := range p.laneCount() {
 		s := &p.slots[i]
-		if o := s.cur.Load(); o != nil && o != l && o.waiters.Load() > 0 {
+		if o := s.cur.Load(); o != nil && o != l && o.needsReaper() {
 			o.kickReaper()
 		}
-		if o := s.old.Load(); o != nil && o != l && o.waiters.Load() > 0 {
+		if o := s.old.Load(); o != nil && o != l && o.needsReaper() {
 			o.kickReaper()
 		}
 	}
@@ -543,6 +549,17 @@ func (l *lane) needReaper() {
 		l.kickReaper()
 	}
 }
+
+// needsReaper reports whether the lane's results must be drained without its callers' help:
+// a caller waits for one, more calls are in flight than its return ring has slots (the lane
+// stops at a full ring), or the lane is retiring (it ends once its calls have settled).
+func (l *lane) needsReaper() bool {
+	n := l.inflight.Load()
+	return l.waiters.Load() > 0 || n > fastpath.Slots || n > 0 && l.state.Load() == laneRetiring
+}
+
+// reapSafety is how long an idle reaper sleeps before it drains its lane anyway.
+const reapSafety = time.Second
 
 // kickReaper wakes a reaper idling for want of waiters. A reaper asleep on the completion
 // doorbell is armed already: the lane rings it with the next result.

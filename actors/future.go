@@ -20,8 +20,8 @@ type Future[Out any] struct {
 	done    chan struct{} // made by the first Done, closed when the call settles
 	stop    func() bool
 	cancel  context.CancelFunc
-	help    Helper        // the pool: drains results for a waiter
-	count   *atomic.Int64 // the pool's count of unsettled futures
+	help    Helper // the pool: drains results for a waiter
+	watched bool   // under mu: Done registered f with help.Block until it settles
 }
 
 // Helper is what a pool does for a goroutine about to wait for a call's result.
@@ -29,6 +29,12 @@ type Helper interface {
 	// Help polls for the result of the call p reports pending, draining results itself,
 	// for as long as spinning pays; it returns when p settles or it stops spinning.
 	Help(p Pender)
+	// Block registers a goroutine that will block until a call settles, so that results
+	// are drained for it without its help; Unblock lets go of one registration.
+	Block()
+	Unblock()
+	// Poll settles the results waiting to be drained, if any, without blocking.
+	Poll()
 }
 
 // Pender reports whether a call is still unsettled.
@@ -43,8 +49,15 @@ func NewFuture[Out any]() *Future[Out] {
 
 // Wait blocks until the call settles and returns its result.
 func (f *Future[Out]) Wait() (Out, error) {
-	if f.help != nil && f.Pending() {
-		f.help.Help(f)
+	if f.help != nil && !f.settled.Load() {
+		f.help.Help((*settledFlag)(&f.settled))
+		if !f.settled.Load() {
+			// The spin did not catch the result: from now on the pool drains for us.
+			f.help.Block()
+			f.wg.Wait()
+			f.help.Unblock()
+			return f.out, f.err
+		}
 	}
 	f.wg.Wait()
 	return f.out, f.err
@@ -56,15 +69,35 @@ func (f *Future[Out]) Done() <-chan struct{} {
 	defer f.mu.Unlock()
 	if f.done == nil {
 		f.done = make(chan struct{})
-		if f.settled.Load() { // settle closed no channel: there was none
+		switch {
+		case f.settled.Load(): // settle closed no channel: there was none
 			close(f.done)
+		case f.help != nil:
+			// Whoever selects on the channel waits without helping: the pool drains for
+			// it until the call settles (settle lets go of the registration).
+			f.help.Block()
+			f.watched = true
 		}
 	}
 	return f.done
 }
 
-// Pending reports whether the call is still unsettled.
-func (f *Future[Out]) Pending() bool { return !f.settled.Load() }
+// Pending reports whether the call is still unsettled. It drains the results waiting for
+// the pool first, so that polling Pending sees a result as soon as it is there.
+func (f *Future[Out]) Pending() bool {
+	if f.settled.Load() {
+		return false
+	}
+	if f.help != nil {
+		f.help.Poll()
+	}
+	return !f.settled.Load()
+}
+
+// settledFlag is a Future's settled flag as the Pender Help polls: Help drains by itself.
+type settledFlag atomic.Bool
+
+func (s *settledFlag) Pending() bool { return !(*atomic.Bool)(s).Load() }
 
 // settle hands f its result and releases its waiters; it reports whether it stopped the
 // context hook (which then never runs). The result is written before settled turns true,
@@ -77,6 +110,9 @@ func (f *Future[Out]) settle(out Out, err error) (stopped bool) {
 	f.settled.Store(true)
 	if f.done != nil {
 		close(f.done)
+	}
+	if f.watched {
+		f.help.Unblock()
 	}
 	stopped = f.stop != nil && f.stop()
 	f.mu.Unlock()
@@ -93,11 +129,10 @@ func FailFuture[Out any](f *Future[Out], err error) *Future[Out] {
 }
 
 // Attach makes r settle f. cancel, if not nil, is called when the call settles. expire, if
-// not nil, is run (holding its own reference to r) when ctx ends first. help is the pool;
-// count, decremented when f settles, its count of unsettled futures.
-func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel context.CancelFunc, expire func(), help Helper, count *atomic.Int64) {
+// not nil, is run (holding its own reference to r) when ctx ends first. help is the pool.
+func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel context.CancelFunc, expire func(), help Helper) {
 	r.fut = f
-	f.cancel, f.help, f.count = cancel, help, count
+	f.cancel, f.help = cancel, help
 	if expire == nil {
 		return
 	}
@@ -117,9 +152,6 @@ func (r *Record[In, Out]) settleFuture() {
 	// Stop the hook before cancelling: cancel ends the context the hook waits on (a task's
 	// Timeout), which would start the hook on a call that has already settled.
 	stopped := f.settle(r.Out, r.Err)
-	if f.count != nil {
-		f.count.Add(-1)
-	}
 	if f.cancel != nil {
 		f.cancel()
 	}
