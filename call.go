@@ -70,12 +70,12 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 			<-r.Done()
 		}
 		l.doneWaiting()
-	} else {
-		if r.Pending() {
-			l.needReaper()
-			defer l.doneWaiting()
-		}
+	} else if l.reaper && r.Pending() {
+		l.needReaper()
 		<-r.Done()
+		l.doneWaiting()
+	} else {
+		<-r.Done() // a goroutine lane settles the call itself: no reaper, no defer
 	}
 	out, err := r.Out, r.Err
 	t.def.Records.Release(r)
