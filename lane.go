@@ -457,6 +457,8 @@ func (l *lane) reap() {
 		l.done.Wait(l.doneBell, 0)
 		l.checkReady()
 	}
+	safety := time.NewTimer(reapSafety)
+	defer safety.Stop()
 	for {
 		l.drain()
 		select {
@@ -467,9 +469,13 @@ func (l *lane) reap() {
 		// Nobody waits, or a spinning caller drains for everyone: idle until kicked. Not
 		// while the lane is stopping: a spinner drains every lane but notes only its own
 		// lane's acknowledgement, so this reaper must wait for it on the doorbell.
-		if l.state.Load() != laneStopping && ((!l.waited() && l.p.futures.Load() == 0 && !l.p.closing.Load()) || l.p.spinning.Load()) {
+		if l.state.Load() != laneStopping && (!l.needsReaper() && l.p.futures.Load() == 0 && !l.p.closing.Load() || l.p.spinning.Load()) {
+			// The safety net drains, now and then, results nobody has asked for yet: those
+			// of futures nobody waits on, or the last calls of a retiring lane.
+			safety.Reset(reapSafety)
 			select {
 			case <-l.kick:
+			case <-safety.C:
 			case <-l.ended:
 				return
 			}
@@ -514,7 +520,7 @@ func (l *lane) linger() (settled bool) {
 		if p.drainAll() > 0 {
 			last, settled = time.Time{}, true
 		}
-		if isClosed(l.ended) || p.futures.Load() == 0 && !l.waited() {
+		if isClosed(l.ended) || p.futures.Load() == 0 && !l.needsReaper() {
 			break // (Close waits for acknowledgements on the doorbell, not here)
 		}
 		spin.Pause()
@@ -532,14 +538,20 @@ func (l *lane) linger() (settled bool) {
 	}
 	p.lingering.Store(false)
 	p.spinning.Store(false)
-	// Other reapers stood aside while this one lingered: wake those whose lanes have a
-	// caller waiting (their own kick may have come while the token was taken).
+	// Other reapers stood aside while this one lingered: wake them all while a future is
+	// waited on, as Help does when it stops (the future's call may be on any lane, and a
+	// reaper that saw the token taken idles until kicked), else those whose lanes need a
+	// reaper (their own kick may have come while the token was taken).
+	if p.futures.Load() > 0 || p.closing.Load() {
+		p.kickReapers()
+		return settled
+	}
 	for i := range p.laneCount() {
 		s := &p.slots[i]
-		if o := s.cur.Load(); o != nil && o != l && o.waited() {
+		if o := s.cur.Load(); o != nil && o != l && o.needsReaper() {
 			o.kickReaper()
 		}
-		if o := s.old.Load(); o != nil && o != l && o.waited() {
+		if o := s.old.Load(); o != nil && o != l && o.needsReaper() {
 			o.kickReaper()
 		}
 	}
@@ -571,6 +583,31 @@ func (l *lane) needReaper() {
 		l.kickReaper()
 	}
 }
+
+// needsReaper reports whether the lane's results must be drained without its callers' help:
+// a caller waits for one, more calls are in flight than its return ring has slots (the lane
+// stops at a full ring), or the lane is retiring (it ends once its calls have settled).
+func (l *lane) drained() bool { return l.reaper }
+
+func (l *lane) crowded() {
+	if l.reaper && l.inflight.Load() > fastpath.Slots {
+		l.kickReaper()
+	}
+}
+
+func (l *lane) needsReaper() bool {
+	n := l.inflight.Load()
+	if l.waiters.Load() > 0 || n > fastpath.Slots || n > 0 && l.state.Load() == laneRetiring {
+		return true
+	}
+	// In a stealing pool any lane may answer a caller blocked on a call of the shared
+	// ring, and a lane may hold more results than its return ring takes.
+	sh := l.p.shared
+	return sh != nil && (sh.waiters.Load() > 0 || sh.inflight.Load() > fastpath.Slots)
+}
+
+// reapSafety is how long an idle reaper sleeps before it drains its lane anyway.
+const reapSafety = time.Second
 
 // kickReaper wakes a reaper idling for want of waiters. A reaper asleep on the completion
 // doorbell is armed already: the lane rings it with the next result.
@@ -716,10 +753,4 @@ func (l *lane) Stop() bool {
 	acked := l.stop()
 	<-l.Ended()
 	return acked
-}
-
-// waited reports whether a caller blocks on a result this lane may bring: one of its own
-// calls, or, in a stealing pool, any call on the shared ring.
-func (l *lane) waited() bool {
-	return l.waiters.Load() > 0 || l.p.shared != nil && l.p.shared.waiters.Load() > 0
 }

@@ -426,6 +426,8 @@ func (p *Pool) laneByKey(key int32) *lane {
 type home interface {
 	needReaper()
 	doneWaiting()
+	drained() bool // results wait for a drainer (process lanes)
+	crowded()      // wakes the reapers if more calls wait than a return ring holds
 }
 
 // dispatch hands a call to a lane, or to the shared ring of a stealing pool, and returns

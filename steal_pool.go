@@ -353,6 +353,14 @@ func (s *shared) needReaper() {
 	}
 }
 
+func (s *shared) drained() bool { return s.p.reaped }
+
+func (s *shared) crowded() {
+	if s.p.reaped && s.inflight.Load() > fastpath.Slots {
+		s.p.kickReapers()
+	}
+}
+
 func (s *shared) doneWaiting() {
 	if s.p.reaped {
 		s.waiters.Add(-1)

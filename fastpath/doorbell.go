@@ -120,12 +120,15 @@ func (w *Wake) SetAwake() { w.awake.Store(1) }
 
 // Ring wakes the consumer if it is parked or about to park, and marks it awake, so that
 // the next Ring before it runs rings no more (a stealing pool then rings another lane); it
-// costs one load when the consumer is awake.
+// costs one load when the consumer is awake. A ChanBell keeps its wake as a token that the
+// next Wait takes, so it needs no bump of the counter.
 func (w *Wake) Ring(bell Bell) bool {
 	if w.awake.Load() != 0 || !w.awake.CompareAndSwap(0, rung) {
 		return false
 	}
-	w.counter.Add(1)
+	if _, ok := bell.(*ChanBell); !ok {
+		w.counter.Add(1)
+	}
 	bell.Wake(w.counter)
 	return true
 }
