@@ -194,8 +194,14 @@ func (s *shared) consumer(l *lane) (*steal.Consumer, error) {
 // submit publishes c on the ring, or queues it in the backlog.
 func (s *shared) submit(c call) error {
 	s.mu.Lock()
-	if s.closed {
+	// Count the call before looking at closing, as Close sets closing before it looks at
+	// what is in flight: either Close waits for this call, or the call sees Close and
+	// goes no further (else it could be published after the lanes stopped claiming).
+	s.inflight.Add(1)
+	if s.closed || s.p.closing.Load() {
+		s.inflight.Add(-1)
 		s.mu.Unlock()
+		s.p.callDone()
 		return errClosed
 	}
 	if s.n == 0 {
@@ -214,7 +220,9 @@ func (s *shared) submit(c call) error {
 	}
 	if s.n == len(s.backlog) {
 		space := s.space
+		s.inflight.Add(-1)
 		s.mu.Unlock()
+		s.p.callDone()
 		return &backlogFull{space: space}
 	}
 	s.accept(&c)
@@ -230,8 +238,8 @@ func (s *shared) submit(c call) error {
 	return nil
 }
 
-// accept counts c as on the ring and gives a cancellable call of a process pool a
-// pool-wide abort bit. Called with mu held.
+// accept marks c as on the ring (submit has counted it) and gives a cancellable call of a
+// process pool a pool-wide abort bit. Called with mu held.
 func (s *shared) accept(c *call) {
 	c.lane.Store(sharedKey)
 	if s.aborts.Len() > 0 {
@@ -249,7 +257,6 @@ func (s *shared) accept(c *call) {
 		}
 		c.abort.Store(bit)
 	}
-	s.inflight.Add(1)
 }
 
 func (s *shared) enqueue(c call) {
