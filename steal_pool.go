@@ -107,7 +107,7 @@ func newShared(p *Pool) (*shared, error) {
 	sc := steal.Config{Consumers: steal.MaxConsumers, Width: steal.DefaultWidth(cfg.Lanes), Half: true,
 		Discipline: steal.Ticket, Inline: cfg.Payload.Inline, Arena: 64}
 	if mode == StealDekker {
-		sc.Discipline, sc.Consumers, sc.Width = steal.Dekker, cfg.Lanes, 0
+		sc.Discipline, sc.Consumers, sc.Width = steal.Dekker, cfg.Lanes, 0 // Half stays
 	}
 	bits := 0
 	if cfg.Runtime == Process {

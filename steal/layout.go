@@ -70,8 +70,9 @@ type Config struct {
 	// Width is the batch width: the most calls one claim takes. Dekker: the region width, a
 	// power of two with 32/Width ≥ Consumers+1. Ticket: 1..32. Zero: DefaultWidth.
 	Width int
-	// Half makes a ticket claim take at most half of the calls waiting (rounded up), so
-	// that a call does not wait in one lane's batch while another lane is idle.
+	// Half makes a claim take at most half of the calls waiting (under Dekker, in its
+	// region), rounded up, so that a call does not wait in one lane's batch while another
+	// lane is idle.
 	Half   bool
 	Inline int // inline payload bytes per slot (zero: fastpath.DefaultInline)
 	Arena  int // payload arena bytes (zero: fastpath.DefaultArena)
