@@ -125,8 +125,8 @@ func StealState(p *Pool) string {
 			continue
 		}
 		a, r := l.wake.Awake()
-		js, je := s.prod.Journal(l.cid)
-		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x results %#x armed %d;", i, l.cid, l.state.Load(), a, r, l.region.Running().Load(), js, je[:4], l.ret.Peek(), l.done.Word().Load())
+		js, je, want := s.prod.Journal(l.cid)
+		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %#x armed %d;", i, l.cid, l.state.Load(), a, r, l.region.Running().Load(), js, je[:4], want, l.ret.Peek(), l.done.Word().Load())
 	}
 	return out
 }

@@ -696,7 +696,7 @@ func (l *lane) close(e *Error, release bool) {
 		if !release && l.proc == nil {
 			// An abandoned goroutine may still run its task: once that returns, the stop
 			// request keeps it from journaling or claiming more.
-			l.region.Stop().Store(fastpath.StopRequested)
+			l.region.Stop().Store(fastpath.StopAbandoned)
 		}
 		sh.recover(l, e, release)
 	}

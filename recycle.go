@@ -34,6 +34,9 @@ func (l *lane) Retire(hurry <-chan struct{}) bool {
 	if l.state.Load() == laneReady {
 		l.state.Store(laneRetiring)
 	}
+	if l.cid >= 0 && !l.unmapped {
+		l.region.Open().Store(0) // a stealing lane claims no more from the shared ring
+	}
 	l.mu.Unlock()
 	l.debug("retiring: finishing held calls", zap.Int32("in_flight", l.inflight.Load()))
 wait:

@@ -92,7 +92,10 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				held := sleepy.Go(ctx, p, 0)
 				for i := range 200 {
-					if v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || v != int64(i)+1 {
+					stuck := time.AfterFunc(10*time.Second, func() { fmt.Fprintf(os.Stderr, "STUCK add %d: %s\n", i, knit.StealState(p)) })
+					v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1})
+					stuck.Stop()
+					if err != nil || v != int64(i)+1 {
 						t.Fatalf("add %d: %d, %v", i, v, err)
 					}
 				}
@@ -195,7 +198,7 @@ func TestStealCancelReachesTask(t *testing.T) {
 	}
 	// The interrupted tasks returned: both lanes are free again.
 	for i := range 16 {
-		stuck := time.AfterFunc(20*time.Second, func() { t.Logf("add %d stuck: %s", i, knit.StealState(p)) })
+		stuck := time.AfterFunc(10*time.Second, func() { fmt.Fprintf(os.Stderr, "STUCK add %d: %s\n", i, knit.StealState(p)) })
 		v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1})
 		stuck.Stop()
 		if err != nil || v != int64(i)+1 {

@@ -54,6 +54,9 @@ type Executor struct {
 	stats   fastpath.Stats
 	last    uint64 // the sequence number of the last call of its own ring it started
 	busy    bool   // the running word says busy
+	claimed int    // calls of the shared ring claimed and not run yet
+	sbatch  [fastpath.Slots]work
+	sinputs [fastpath.Slots][]byte
 }
 
 // SharedResult marks a result slot's flags: the call came from the shared submit ring.
@@ -73,9 +76,29 @@ func (e *Executor) Run() error {
 	e.ret, e.stats = e.Region.Returns().Producer(), e.Region.Stats()
 	wake, done, stop := e.Region.LaneWake(), e.Region.Returns().Completion(), e.Region.Stop()
 	open := e.Region.Open()
+	// A stealing lane has work when it has claimed some: it claims while it looks for work,
+	// and also once more after it has marked itself parked, so that a call the host
+	// published before it saw the lane parked is either claimed here or by a peer. A lane
+	// that keeps losing claims to its peers runs out of spin and parks, as an idle private
+	// lane does, and the host rings it when more calls wait than awake lanes can take.
+	var claimErr error
+	retry := false
 	ready := func() bool {
-		return req.Poll() != 0 || stop.Load() != fastpath.StopRunning ||
-			e.Steal != nil && open.Load() != 0 && e.Steal.Pending()
+		if req.Poll() != 0 || stop.Load() != fastpath.StopRunning {
+			return true
+		}
+		if e.Steal == nil || open.Load() == 0 {
+			return false
+		}
+		if e.claimed == 0 && claimErr == nil && e.Steal.Pending() {
+			e.claimed, claimErr = e.claim()
+			// Calls still wait although the claim took none (a peer's handshake held
+			// them, or its claim took half): look again rather than park, or they could
+			// wait for a lane the host counted on. A lane that lost them all to a
+			// peer sees none and keeps its spin budget running out.
+			retry = e.claimed == 0 && claimErr == nil && e.Steal.Pending()
+		}
+		return e.claimed > 0 || claimErr != nil || retry
 	}
 	// A process lane has nothing else to run while it spins: it yields to other processes.
 	spin := fastpath.Spinner{Budget: e.Spin, OS: !e.Local}
@@ -98,18 +121,26 @@ func (e *Executor) Run() error {
 			}
 		}
 		pending := req.Poll()
+		if pending == 0 && e.claimed > 0 { // finished before a stop is acknowledged
+			if err := e.runClaimed(); err != nil {
+				return err
+			}
+			continue
+		}
 		if pending == 0 {
-			if stop.Load() == fastpath.StopRequested {
+			if s := stop.Load(); s == fastpath.StopRequested || s == fastpath.StopAbandoned {
 				stop.Store(fastpath.StopAcknowledged)
 				if e.Done != nil {
 					e.Done.Wake(done.Word()) // the host may be waiting for the ack on this bell
 				}
 				return nil
 			}
-			if e.Steal != nil && stop.Load() == fastpath.StopRunning && open.Load() != 0 {
-				if err := e.steal(batch[:], inputs[:]); err != nil {
-					return err
-				}
+			if claimErr != nil {
+				return claimErr
+			}
+			if retry { // let the peer that holds the calls' handshake go on
+				retry = false
+				e.yield()
 			}
 			continue
 		}
@@ -202,53 +233,57 @@ func (e *Executor) run(w work, input []byte, flags uint32) error {
 	return nil
 }
 
-// steal claims a batch from the shared submit ring and runs it: the payloads are copied
-// and the slots released at once, then each call is journaled as started, run, answered on
-// the lane's own return ring and journaled as finished. A lane that was asked to stop
-// starts nothing more: the host re-dispatches what it had claimed and not started.
-func (e *Executor) steal(batch []work, inputs [][]byte) error {
+// claim claims a batch from the shared submit ring and copies it out: the slots are
+// released at once.
+func (e *Executor) claim() (int, error) {
 	c := e.Steal
 	n, err := c.Claim()
-	if err != nil {
-		return err
-	}
-	if n == 0 { // lost the race for the calls, or a peer holds its claim: let it finish
-		if e.Local {
-			runtime.Gosched()
-		} else {
-			spin.Yield()
-		}
-		return nil
+	if err != nil || n == 0 { // n == 0: lost the race, or a peer holds its claim
+		return 0, err
 	}
 	for k := range n {
 		s := c.Slot(k)
-		batch[k] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: c.Call(k).Seq, deadline: s.Deadline()}
+		e.sbatch[k] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: c.Call(k).Seq, deadline: s.Deadline()}
 		if !e.Local {
 			p, err := c.Payload(k)
 			if err != nil {
-				return err
+				return 0, err
 			}
-			inputs[k] = append(inputs[k][:0], p...)
+			e.sinputs[k] = append(e.sinputs[k][:0], p...)
 		}
 	}
 	c.Release()
+	return n, nil
+}
+
+// runClaimed runs the claimed batch: each call is journaled as started, run, answered on
+// the lane's own return ring and journaled as finished. A lane asked to stop finishes its
+// batch first, as it does its own ring's calls; an abandoned one starts nothing more (the
+// host has settled what it held).
+func (e *Executor) runClaimed() error {
+	c, n := e.Steal, e.claimed
+	e.claimed = 0
 	stop := e.Region.Stop()
 	for k := range n {
-		if stop.Load() != fastpath.StopRunning {
+		if stop.Load() == fastpath.StopAbandoned {
 			return nil
 		}
 		c.Start(k)
-		if err := e.run(batch[k], inputs[k], SharedResult); err != nil {
+		if err := e.run(e.sbatch[k], e.sinputs[k], SharedResult); err != nil {
 			return err
-		}
-		if stop.Load() != fastpath.StopRunning {
-			// An abandoned lane writes no more to a journal its successor may own; the
-			// host settles from the return ring what it answered.
-			return nil
 		}
 		c.Finish(k)
 	}
 	return nil
+}
+
+// yield lets other goroutines (a goroutine lane) or processes (a process lane) run.
+func (e *Executor) yield() {
+	if e.Local {
+		runtime.Gosched()
+	} else {
+		spin.Yield()
+	}
 }
 
 // signal lets the host know results are waiting: a goroutine lane settles them itself, a
@@ -317,10 +352,6 @@ func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 			p.Release(i)
 		}
 		e.signal()
-		if e.Local {
-			runtime.Gosched()
-		} else {
-			spin.Yield()
-		}
+		e.yield()
 	}
 }

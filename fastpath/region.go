@@ -150,6 +150,9 @@ const (
 	StopRunning      uint32 = 0
 	StopRequested    uint32 = 1
 	StopAcknowledged uint32 = 2
+	// StopAbandoned: the host gave up on a goroutine lane that did not acknowledge; it
+	// must start no more calls (a stealing lane's claimed ones included).
+	StopAbandoned uint32 = 3
 )
 
 // ErrLayout reports a region whose control block does not describe a valid layout.

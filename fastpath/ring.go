@@ -147,6 +147,26 @@ func (p *Producer) Reserve() (slot int, ok bool) {
 	return slot, true
 }
 
+// ReserveAny is Reserve for a ring whose consumers retire slots out of order (a shared
+// submit ring, where lanes claim in any order): it hands out the first free slot at or
+// after the cursor, so the ring is full only when all 32 slots are taken, not when the one
+// at the cursor is.
+func (p *Producer) ReserveAny() (slot int, ok bool) {
+	busy := (p.local ^ p.shadow) | p.reserved
+	if busy&(1<<p.cursor) != 0 {
+		p.shadow = p.cons.Load()
+		busy = (p.local ^ p.shadow) | p.reserved
+	}
+	if busy == ^uint32(0) {
+		return -1, false
+	}
+	slot = (bits.TrailingZeros32(bits.RotateLeft32(^busy, -p.cursor)) + p.cursor) % Slots
+	p.cursor = (slot + 1) % Slots
+	p.reserved |= 1 << slot
+	p.ext[slot] = extent{}
+	return slot, true
+}
+
 // Slot returns slot i for writing.
 func (p *Producer) Slot(i int) Slot { return p.slots[i] }
 

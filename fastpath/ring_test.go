@@ -313,3 +313,33 @@ func TestFIFO(t *testing.T) {
 		take()
 	}
 }
+
+// ReserveAny hands out every slot the consumers have retired, in whatever order they did:
+// one slot still in flight at the cursor does not make the ring look full.
+func TestReserveAnySkipsBusySlots(t *testing.T) {
+	r := newTestRegion(t, Layout{Inline: 64, Arena: 64, AbortBits: 1})
+	p, c := r.Requests().Producer(), r.Requests().Consumer()
+	for i := range Slots {
+		s, ok := p.ReserveAny()
+		if !ok || s != i {
+			t.Fatalf("reserve %d: slot %d, %v", i, s, ok)
+		}
+		p.Stage(s)
+	}
+	p.Flush()
+	if s, ok := p.ReserveAny(); ok {
+		t.Fatalf("a full ring handed out slot %d", s)
+	}
+	c.Retire(c.Poll() &^ 1) // every slot but 0, the one at the cursor
+	for i := 1; i < Slots; i++ {
+		if s, ok := p.ReserveAny(); !ok || s != i {
+			t.Fatalf("after the retire: slot %d, %v; want %d", s, ok, i)
+		}
+	}
+	if s, ok := p.ReserveAny(); ok {
+		t.Fatalf("slot 0 is in flight, yet slot %d was handed out", s)
+	}
+	if _, ok := p.Reserve(); ok {
+		t.Fatal("Reserve handed out a slot of a full ring")
+	}
+}

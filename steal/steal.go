@@ -100,9 +100,9 @@ func (r *Ring) Producer(log *zap.Logger) *Producer {
 	return p
 }
 
-// Reserve hands out a free slot (fastpath.Producer.Reserve); ok is false when all 32 are in
-// flight.
-func (p *Producer) Reserve() (slot int, ok bool) { return p.fp.Reserve() }
+// Reserve hands out a free slot (fastpath.Producer.ReserveAny: consumers retire slots in any
+// order); ok is false when all 32 are in flight.
+func (p *Producer) Reserve() (slot int, ok bool) { return p.fp.ReserveAny() }
 
 // Put places an n-byte payload for slot (fastpath.Producer.Put).
 func (p *Producer) Put(slot, n int) ([]byte, error) { return p.fp.Put(slot, n) }
@@ -355,14 +355,16 @@ func (p *Producer) Waiting() int {
 	return bits.OnesCount64(p.m.load(idH) ^ p.m.load(idW))
 }
 
-// Journal returns consumer c's journal words (its state and its entries), for diagnostics.
-func (p *Producer) Journal(c int) (state uint64, entries []uint64) {
+// Journal returns consumer c's journal words (its state and its entries) and its WANT word,
+// for diagnostics.
+func (p *Producer) Journal(c int) (state uint64, entries []uint64, want uint64) {
 	g := &p.r.g
 	if c < 0 || c >= g.n {
-		return 0, nil
+		return 0, nil, 0
 	}
+	want = p.m.load(g.want(c))
 	for k := range g.E {
 		entries = append(entries, p.m.load(g.entry(c, k)))
 	}
-	return p.m.load(g.journal(c)), entries
+	return p.m.load(g.journal(c)), entries, want
 }
