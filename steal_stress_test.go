@@ -238,7 +238,7 @@ func sumClaimed(p *knit.Pool) (n uint64) {
 // 1 call in 50 blocking its lane for a moment: every call returns its own result and runs
 // exactly once. The private pools (StealOff) run the same calls.
 func TestStealStress(t *testing.T) {
-	n := stressCount(250_000, 40_000, 8_000, 4_000)
+	n := stressCount(250_000, 40_000, 8_000, 10_000)
 	for _, rt := range []knit.Runtime{knit.Process, knit.Goroutine} {
 		for _, mode := range stressModes {
 			t.Run(fmt.Sprintf("%v/%v", rt, mode), func(t *testing.T) {
@@ -309,7 +309,7 @@ func TestStealStress(t *testing.T) {
 // bumped when the task starts, so a call killed between its start and that increment ran
 // "0 times" there: the bound still holds.)
 func TestStealChaos(t *testing.T) {
-	n := stressCount(100_000, 24_000, 6_000, 3_000)
+	n := stressCount(100_000, 24_000, 6_000, 4_000)
 	kills := 10
 	if testing.Short() || raceEnabled {
 		kills = 4
