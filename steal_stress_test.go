@@ -310,10 +310,7 @@ func TestStealStress(t *testing.T) {
 // "0 times" there: the bound still holds.)
 func TestStealChaos(t *testing.T) {
 	n := stressCount(100_000, 24_000, 6_000, 4_000)
-	kills := 10
-	if testing.Short() || raceEnabled {
-		kills = 4
-	}
+	kills := stressCount(10, 10, 4, 4)
 	for _, mode := range stressModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			file, counters := newCounters(t, n)
