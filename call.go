@@ -69,12 +69,12 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 			<-r.Done()
 		}
 		l.doneWaiting()
-	} else {
-		if r.Pending() {
-			l.needReaper()
-			defer l.doneWaiting()
-		}
+	} else if l.drained() && r.Pending() {
+		l.needReaper()
 		<-r.Done()
+		l.doneWaiting()
+	} else {
+		<-r.Done() // a goroutine lane settles the call itself: no reaper, no defer
 	}
 	out, err := r.Out, r.Err
 	t.def.Records.Release(r)
@@ -115,15 +115,19 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	if ctx.Done() != nil {
 		expire = func() { t.expire(ctx, p, r) }
 	}
-	if p.futures.Add(1) == 1 {
-		p.kickReapers()
-	}
-	r.Attach(f, ctx, cancel, expire, p, &p.futures)
-	if _, err := p.dispatch(ctx, c); err != nil {
+	// No reaper is woken for the future: its owner drains its result when it waits (Help),
+	// and registers for a reaper only if it blocks (Block), or asks for Done. A reaper is
+	// woken only when the lane holds more calls than its return ring has slots: its results
+	// then must be drained for the lane to go on.
+	r.Attach(f, ctx, cancel, expire, p)
+	l, err := p.dispatch(ctx, c)
+	if err != nil {
 		_, err = t.failure(ctx, err)
 		r.Fail(err)
 		t.def.Records.Release(r) // the dispatch reference; the future let go of its own
+		return f
 	}
+	l.crowded()
 	return f
 }
 
@@ -196,10 +200,35 @@ func (p *Pool) Help(c actors.Pender) {
 	}
 	for i := range p.laneCount() {
 		for _, l := range p.slots[i].lanes() {
-			if l != nil && l.waiters.Load() > 0 {
+			if l != nil && l.needsReaper() {
 				l.kickReaper()
 			}
 		}
+	}
+}
+
+// Block implements actors.Helper: a goroutine is about to block on a future until it
+// settles (its Wait's spin ran out, or it asked for Done). From then until Unblock every
+// reaper drains, whichever lane the call is on now or runs on after a restart. p.futures
+// counts these futures (not every unsettled one: a future nobody blocks on costs no
+// reaper a wake-up).
+func (p *Pool) Block() {
+	if p.reaped && p.futures.Add(1) == 1 {
+		p.kickReapers()
+	}
+}
+
+// Unblock implements actors.Helper.
+func (p *Pool) Unblock() {
+	if p.reaped {
+		p.futures.Add(-1)
+	}
+}
+
+// Poll implements actors.Helper: it settles every result waiting on a return ring.
+func (p *Pool) Poll() {
+	if p.reaped {
+		p.drainAll()
 	}
 }
 
@@ -299,8 +328,11 @@ func (setCarrier) Keys() []string          { return nil }
 // lane to interrupt it.
 func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In, Out]) {
 	// The result may be waiting on its lane's return ring, undrained: it counts.
-	if l := p.laneByKey(r.Lane.Load()); l != nil && l.reaper {
+	key := r.Lane.Load()
+	if l := p.laneByKey(key); l != nil && l.reaper {
 		l.drain()
+	} else if key == sharedKey && p.reaped {
+		p.drainAll() // any lane may have answered a call from the shared ring
 	}
 	if !r.Pending() {
 		return
@@ -311,6 +343,10 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 	} else {
 		_, err := t.failure(ctx, ctx.Err())
 		r.Fail(err)
+	}
+	if r.Lane.Load() == sharedKey {
+		t.expireShared(p, r, cause)
+		return
 	}
 	l := p.laneByKey(r.Lane.Load())
 	if l == nil || l.proc == nil {
@@ -337,6 +373,35 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 			if r.Gen.Load() == gen && r.Lane.Load() == key {
 				l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
 			}
+		})
+	}
+}
+
+// expireShared asks the process lane running an expired call from the shared ring to
+// interrupt it, or kills it at the hard timeout, as expire does for a lane's own calls. The
+// lane is the one whose claim journal shows the call started; a call not started yet keeps
+// its raised abort bit, which the lane that claims it sees before it runs it.
+func (t *Task[In, Out]) expireShared(p *Pool, r *actors.Record[In, Out], cause error) {
+	s := p.shared
+	if s == nil || !p.reaped {
+		return
+	}
+	seq, gen := r.Seq.Load(), r.Gen.Load()
+	hard := t.def.Options().HardTimeout
+	kill := func() {
+		if l := s.holder(seq); l != nil && l.proc != nil && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
+			l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
+		}
+	}
+	s.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)
+	if cause == errHardTimeout {
+		kill()
+		return
+	}
+	if !r.Hard.IsZero() {
+		time.AfterFunc(time.Until(r.Hard), func() {
+			p.drainAll()
+			kill()
 		})
 	}
 }

@@ -112,3 +112,24 @@ func (h *ResultHarness) Close() {
 	h.p.closing.Store(true) // calls that had not started fail rather than look for a lane
 	h.l.close(&Error{Code: CodeThreadClosed, Lane: 0, Message: "harness closed"}, true)
 }
+
+// StealState describes a stealing pool's ring and lanes, for a test that fails.
+func StealState(p *Pool) string {
+	s := p.shared
+	if s == nil {
+		return "not stealing"
+	}
+	h, w := s.ring.Submit().Words()
+	out := fmt.Sprintf("waiting %d, inflight %d, queued %d, H %#x W %#x, shared waiters %d, futures %d, spinning %v lingering %v;", s.prod.Waiting(), s.inflight.Load(), s.queued.Load(), h.Load(), w.Load(),
+		s.waiters.Load(), p.futures.Load(), p.spinning.Load(), p.lingering.Load())
+	for i := range p.laneCount() {
+		l := p.slots[i].cur.Load()
+		if l == nil {
+			continue
+		}
+		a, r := l.wake.Awake()
+		js, je := s.prod.Journal(l.cid)
+		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x results %#x armed %d;", i, l.cid, l.state.Load(), a, r, l.region.Running().Load(), js, je[:4], l.ret.Peek(), l.done.Word().Load())
+	}
+	return out
+}

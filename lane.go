@@ -71,6 +71,8 @@ type lane struct {
 	kick     chan struct{}
 
 	inflight atomic.Int32
+	claimed  atomic.Uint64 // results of calls it claimed from the shared ring
+	cid      int           // its consumer id on the shared ring (-1: it does not claim)
 
 	acked   chan struct{} // closed when a process lane has acknowledged its stop request
 	ackOnce sync.Once
@@ -90,7 +92,7 @@ type lane struct {
 
 func newLane(p *Pool, idx, inc int) *lane {
 	return &lane{
-		p: p, idx: idx, inc: inc, key: laneKey(idx, inc),
+		p: p, idx: idx, inc: inc, key: laneKey(idx, inc), cid: -1,
 		backlog: make([]call, p.cfg.Backlog),
 		kick:    make(chan struct{}, 1),
 		acked:   make(chan struct{}),
@@ -123,6 +125,11 @@ func (l *lane) start() error {
 		Region: l.region, Lane: l.laneBell, Drain: func() { l.drain() },
 		Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex, Panic: cfg.PanicCrashesLane,
 		Timed: l.p.obs.timed(),
+	}
+	if s := l.p.shared; s != nil {
+		if exec.Steal, err = s.consumer(l); err != nil {
+			return err
+		}
 	}
 	go func() {
 		returned := false
@@ -347,6 +354,9 @@ func (l *lane) drain() (settled int) {
 		if l.queued.Load() > 0 {
 			l.flush()
 		}
+		if sh := l.p.shared; sh != nil && sh.queued.Load() > 0 {
+			sh.flush()
+		}
 		if l.proc != nil || l.ret.Peek() == 0 {
 			return settled
 		}
@@ -359,23 +369,47 @@ func (l *lane) settle(i int) error {
 	if int(fn) >= len(l.p.byIndex) || l.p.byIndex[fn] == nil {
 		return fmt.Errorf("%w: result for function %d", fastpath.ErrCorrupt, fn)
 	}
-	o := actors.Outcome(s.Flags())
+	flags := s.Flags()
+	key, sh := l.key, (*shared)(nil)
+	if flags&actors.SharedResult != 0 { // a call the lane claimed from the shared ring
+		if sh = l.p.shared; sh == nil {
+			return fmt.Errorf("%w: %w", fastpath.ErrCorrupt, errNotShared)
+		}
+		key = sharedKey
+	}
+	o := actors.Outcome(flags &^ actors.SharedResult)
 	payload, err := l.ret.Payload(i)
 	if err != nil {
 		return err
 	}
 	if bit := int32(s.Abort()) - 1; bit >= 0 && l.proc != nil {
-		if err := l.freeAbort(bit, fn, s.Call()); err != nil {
+		if sh != nil {
+			err = sh.freeAbort(bit, fn, s.Call())
+		} else {
+			err = l.freeAbort(bit, fn, s.Call())
+		}
+		if err != nil {
 			return err
 		}
 	}
 	// The lane counts as idle before the caller wakes, so a balancer sees it free.
-	if l.inflight.Add(-1) == 0 && l.state.Load() == laneRetiring {
+	if sh == nil && l.inflight.Add(-1) == 0 && l.state.Load() == laneRetiring {
 		l.retireIdle()
 	}
-	if err := l.p.byIndex[fn].SettleResult(l.p.id, l.key, s.Call(), s.Gen(), o, payload, l.proc == nil, s.Seq(), l); err != nil {
-		l.inflight.Add(1)
+	if err := l.p.byIndex[fn].SettleResult(l.p.id, key, s.Call(), s.Gen(), o, payload, l.proc == nil, s.Seq(), l); err != nil {
+		if sh == nil {
+			l.inflight.Add(1)
+		}
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
+	}
+	if sh != nil {
+		sh.settled()
+		l.claimed.Add(1)
+		if max := l.p.cfg.MaxCallsPerLane; max > 0 {
+			l.mu.Lock()
+			l.countCall(max)
+			l.mu.Unlock()
+		}
 	}
 	l.p.callDone()
 	return nil
@@ -423,6 +457,8 @@ func (l *lane) reap() {
 		l.done.Wait(l.doneBell, 0)
 		l.checkReady()
 	}
+	safety := time.NewTimer(reapSafety)
+	defer safety.Stop()
 	for {
 		l.drain()
 		select {
@@ -433,9 +469,13 @@ func (l *lane) reap() {
 		// Nobody waits, or a spinning caller drains for everyone: idle until kicked. Not
 		// while the lane is stopping: a spinner drains every lane but notes only its own
 		// lane's acknowledgement, so this reaper must wait for it on the doorbell.
-		if l.state.Load() != laneStopping && ((l.waiters.Load() == 0 && l.p.futures.Load() == 0 && !l.p.closing.Load()) || l.p.spinning.Load()) {
+		if l.state.Load() != laneStopping && (!l.needsReaper() && l.p.futures.Load() == 0 && !l.p.closing.Load() || l.p.spinning.Load()) {
+			// The safety net drains, now and then, results nobody has asked for yet: those
+			// of futures nobody waits on, or the last calls of a retiring lane.
+			safety.Reset(reapSafety)
 			select {
 			case <-l.kick:
+			case <-safety.C:
 			case <-l.ended:
 				return
 			}
@@ -480,7 +520,7 @@ func (l *lane) linger() (settled bool) {
 		if p.drainAll() > 0 {
 			last, settled = time.Time{}, true
 		}
-		if isClosed(l.ended) || p.futures.Load() == 0 && l.waiters.Load() == 0 {
+		if isClosed(l.ended) || p.futures.Load() == 0 && !l.needsReaper() {
 			break // (Close waits for acknowledgements on the doorbell, not here)
 		}
 		spin.Pause()
@@ -498,14 +538,20 @@ func (l *lane) linger() (settled bool) {
 	}
 	p.lingering.Store(false)
 	p.spinning.Store(false)
-	// Other reapers stood aside while this one lingered: wake those whose lanes have a
-	// caller waiting (their own kick may have come while the token was taken).
+	// Other reapers stood aside while this one lingered: wake them all while a future is
+	// waited on, as Help does when it stops (the future's call may be on any lane, and a
+	// reaper that saw the token taken idles until kicked), else those whose lanes need a
+	// reaper (their own kick may have come while the token was taken).
+	if p.futures.Load() > 0 || p.closing.Load() {
+		p.kickReapers()
+		return settled
+	}
 	for i := range p.laneCount() {
 		s := &p.slots[i]
-		if o := s.cur.Load(); o != nil && o != l && o.waiters.Load() > 0 {
+		if o := s.cur.Load(); o != nil && o != l && o.needsReaper() {
 			o.kickReaper()
 		}
-		if o := s.old.Load(); o != nil && o != l && o.waiters.Load() > 0 {
+		if o := s.old.Load(); o != nil && o != l && o.needsReaper() {
 			o.kickReaper()
 		}
 	}
@@ -537,6 +583,31 @@ func (l *lane) needReaper() {
 		l.kickReaper()
 	}
 }
+
+// needsReaper reports whether the lane's results must be drained without its callers' help:
+// a caller waits for one, more calls are in flight than its return ring has slots (the lane
+// stops at a full ring), or the lane is retiring (it ends once its calls have settled).
+func (l *lane) drained() bool { return l.reaper }
+
+func (l *lane) crowded() {
+	if l.reaper && l.inflight.Load() > fastpath.Slots {
+		l.kickReaper()
+	}
+}
+
+func (l *lane) needsReaper() bool {
+	n := l.inflight.Load()
+	if l.waiters.Load() > 0 || n > fastpath.Slots || n > 0 && l.state.Load() == laneRetiring {
+		return true
+	}
+	// In a stealing pool any lane may answer a caller blocked on a call of the shared
+	// ring, and a lane may hold more results than its return ring takes.
+	sh := l.p.shared
+	return sh != nil && (sh.waiters.Load() > 0 || sh.inflight.Load() > fastpath.Slots)
+}
+
+// reapSafety is how long an idle reaper sleeps before it drains its lane anyway.
+const reapSafety = time.Second
 
 // kickReaper wakes a reaper idling for want of waiters. A reaper asleep on the completion
 // doorbell is armed already: the lane rings it with the next result.
@@ -612,16 +683,7 @@ func (l *lane) close(e *Error, release bool) {
 	l.fenced.Store(true)
 	l.draining.Store(false)
 	l.debugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
-	end := actors.LaneEnd{Owner: l.p.id, Lane: l.key, Release: release, Requeue: l.p.requeue,
-		Err: func(started, poison bool) error {
-			if poison {
-				return &Error{Code: CodePoisonCall, Lane: l.idx, Started: true,
-					Message: "the call was running on two lanes that died: it is not run again", Cause: e}
-			}
-			ce := *e
-			ce.Started = started
-			return &ce
-		}}
+	end := actors.LaneEnd{Owner: l.p.id, Lane: l.key, Release: release, Requeue: l.p.requeue, Err: laneEndError(l, e)}
 	if release {
 		end.Started = fastpath.Started(l.region.Running().Load())
 	}
@@ -630,6 +692,14 @@ func (l *lane) close(e *Error, release bool) {
 		held += d.FailLane(end)
 	}
 	l.inflight.Add(int32(-held))
+	if sh := l.p.shared; sh != nil && l.started {
+		if !release && l.proc == nil {
+			// An abandoned goroutine may still run its task: once that returns, the stop
+			// request keeps it from journaling or claiming more.
+			l.region.Stop().Store(fastpath.StopRequested)
+		}
+		sh.recover(l, e, release)
+	}
 	l.p.callDone()
 	l.debug("lane ended", zap.String("code", string(e.Code)), zap.String("reason", e.Message), zap.Int("calls_settled", held))
 	close(l.ended)
@@ -663,6 +733,14 @@ func (l *lane) Open() {
 		s.old.Store(prev)
 	}
 	s.cur.Store(l)
+	if l.cid >= 0 { // a stealing pool's lane claims from now on, not before it counts as ready
+		l.mu.Lock()
+		if !l.unmapped {
+			l.region.Open().Store(1)
+			l.wake.Force(l.laneBell)
+		}
+		l.mu.Unlock()
+	}
 	l.p.obs.opened(l)
 	l.p.signal()
 }

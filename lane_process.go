@@ -84,6 +84,9 @@ func (l *lane) startProcess() error {
 	l.wake, l.done = l.region.LaneWake(), l.region.Returns().Completion()
 	l.laneBell, l.doneBell = fastpath.FutexBell{}, fastpath.EventBell{FD: pl.efd}
 	l.reaper = true
+	if s := l.p.shared; s != nil {
+		l.cid = s.join(l)
+	}
 
 	// A restart takes a spare — a process that has exec'd and initialised already — when
 	// one is waiting; a first start, or a restart with none, spawns. A spare receives its
@@ -91,7 +94,7 @@ func (l *lane) startProcess() error {
 	if sp := l.p.takeSpare(l.inc); sp != nil {
 		record, err := l.bootRecord("")
 		if err == nil {
-			err = sp.assign(record, pl.mp.File(), pl.efd.File())
+			err = sp.assign(record, pl.mp.File(), pl.efd.File(), l.stealFiles()...)
 		}
 		if err == nil {
 			pl.child, pl.spare = sp.child, true
@@ -106,6 +109,9 @@ func (l *lane) startProcess() error {
 	if pl.child == nil {
 		if err := l.spawn(); err != nil {
 			l.release()
+			if s := l.p.shared; s != nil {
+				s.leave(l)
+			}
 			return err
 		}
 	}
@@ -120,7 +126,7 @@ func (l *lane) startProcess() error {
 // SharedMemory Named, a rendezvous that hands them over once the process connects.
 func (l *lane) spawn() error {
 	pl := l.proc
-	files := []*os.File{pl.mp.File(), pl.efd.File()}
+	files := append([]*os.File{pl.mp.File(), pl.efd.File()}, l.stealFiles()...)
 	rvName := ""
 	if l.p.cfg.Process.SharedMemory == Named {
 		rv, err := shm.Listen()
@@ -159,7 +165,8 @@ func (l *lane) spawn() error {
 func (l *lane) handOver() {
 	pl := l.proc
 	defer close(pl.handed)
-	err := pl.rv.Hand(time.Now().Add(l.p.cfg.StartupTimeout), l.checkPeer, pl.mp.File(), pl.efd.File())
+	files := append([]*os.File{pl.mp.File(), pl.efd.File()}, l.stealFiles()...)
+	err := pl.rv.Hand(time.Now().Add(l.p.cfg.StartupTimeout), l.checkPeer, files...)
 	if err == nil {
 		l.debug("shared memory handed over", zap.String("rendezvous", pl.rv.Name()))
 		return
@@ -256,6 +263,7 @@ func (l *lane) bootRecord(rendezvous string) ([]byte, error) {
 		Shm: rendezvous, Limits: l.p.limits.boot,
 	}
 	boot.Sandbox = laneSandbox(cfg)
+	boot.Steal, boot.Consumer = l.cid >= 0, l.cid
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
 	}
@@ -684,3 +692,11 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 // maxLine is the longest piece of a line the relay takes at once.
 const maxLine = 64 << 10
+
+// stealFiles is the shared ring's memfd, for a lane that claims from it.
+func (l *lane) stealFiles() []*os.File {
+	if l.cid < 0 {
+		return nil
+	}
+	return []*os.File{l.p.shared.mp.File()}
+}

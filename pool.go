@@ -84,6 +84,8 @@ type Pool struct {
 	recent   []Event
 
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
+
+	shared *shared // a stealing pool's shared submit ring (nil: private lanes)
 }
 
 var poolIDs atomic.Uint64
@@ -145,6 +147,20 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if err := checkSandbox(cfg, p.log); err != nil {
 		return nil, err
 	}
+	if err := checkSteal(cfg); err != nil {
+		return nil, err
+	}
+	shared, err := newShared(p)
+	if err != nil {
+		return nil, err
+	}
+	p.shared = shared
+	started := false
+	defer func() {
+		if !started && shared != nil {
+			shared.release()
+		}
+	}()
 	obs, err := newMonitor(p)
 	if err != nil {
 		return nil, err
@@ -170,6 +186,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 			p.closeLimits()
 			return nil, err
 		}
+		started = true
 		return p, nil
 	}
 	slogger := logging.Slog(p.root)
@@ -198,6 +215,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.log.Debug("pool started", zap.Int("lanes", cfg.Lanes), zap.Stringer("runtime", cfg.Runtime))
+	started = true
 	return p, nil
 }
 
@@ -308,6 +326,9 @@ func (h host) Failed(err error) {
 		e = &Error{Code: CodePoolUnavailable, Lane: -1, Cause: err}
 	}
 	h.p.failed.Store(e)
+	if h.p.shared != nil { // no lane will claim what is on the shared ring
+		h.p.shared.close(e)
+	}
 	h.p.signal()
 }
 
@@ -400,9 +421,21 @@ func (p *Pool) laneByKey(key int32) *lane {
 	return nil
 }
 
-// dispatch hands a call to a lane and returns the lane it went to. With no lane ready (they
-// are restarting) it waits within ctx for one.
-func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
+// home is where a dispatched call waits for its result: a lane, or a stealing pool's
+// shared ring. A caller that blocks on the result tells it, so that results are drained.
+type home interface {
+	needReaper()
+	doneWaiting()
+	drained() bool // results wait for a drainer (process lanes)
+	crowded()      // wakes the reapers if more calls wait than a return ring holds
+}
+
+// dispatch hands a call to a lane, or to the shared ring of a stealing pool, and returns
+// where it went. With no lane ready (they are restarting) it waits within ctx for one.
+func (p *Pool) dispatch(ctx context.Context, c call) (home, error) {
+	if p.shared != nil {
+		return p.dispatchShared(ctx, c)
+	}
 	for {
 		if p.closing.Load() {
 			return nil, errClosed
@@ -449,6 +482,43 @@ func (p *Pool) dispatch(ctx context.Context, c call) (*lane, error) {
 		default:
 			return nil, &Error{Code: CodeOverloaded, Lane: l.idx, Task: c.def.Name(),
 				Message: fmt.Sprintf("lane backlog of %d calls is full", p.cfg.Backlog)}
+		}
+	}
+}
+
+// dispatchShared publishes a call on the shared ring, from which the first idle lane takes
+// it. A call may wait there while every lane restarts, but not in a pool that has failed.
+func (p *Pool) dispatchShared(ctx context.Context, c call) (home, error) {
+	s := p.shared
+	for {
+		if p.closing.Load() {
+			return nil, errClosed
+		}
+		if e := p.failed.Load(); e != nil {
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: e.Message}
+		}
+		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(),
+				Message: "every lane is in crash-loop backoff (Config.FailFast)"}
+		}
+		err := s.submit(c)
+		if err == nil {
+			return s, nil
+		}
+		full, isFull := err.(*backlogFull)
+		switch {
+		case err == errClosed:
+			return nil, errClosed
+		case isFull && p.cfg.BlockWhenFull:
+			select {
+			case <-full.space:
+				continue
+			case <-ctx.Done():
+				return nil, ctxError(ctx, c.def)
+			}
+		default:
+			return nil, &Error{Code: CodeOverloaded, Lane: -1, Task: c.def.Name(),
+				Message: fmt.Sprintf("shared backlog of %d calls is full", p.cfg.Backlog)}
 		}
 	}
 }
@@ -500,7 +570,7 @@ func (p *Pool) callDone() {
 
 // idle reports whether no call is in flight: on a lane, in a backlog or looking for a lane.
 func (p *Pool) idle() bool {
-	if p.requeued.Load() != 0 {
+	if p.requeued.Load() != 0 || p.shared != nil && p.shared.inflight.Load() != 0 {
 		return false
 	}
 	for i := range p.laneCount() {
@@ -550,6 +620,10 @@ func (p *Pool) Close(ctx context.Context) error {
 		if p.watchDone != nil {
 			close(p.stopWatch)
 			<-p.watchDone
+		}
+		if p.shared != nil {
+			p.shared.close(&Error{Code: CodeThreadClosed, Lane: -1, Message: "pool closed"})
+			p.shared.release()
 		}
 		p.closeSpares()
 		p.closeLimits()
@@ -722,12 +796,16 @@ func (p *Pool) Stats() Stats {
 				st = l.region.Stats().Snapshot()
 			}
 			l.mu.Unlock()
-			ls.InFlight, ls.Queued = int(l.inflight.Load()), int(l.queued.Load())
+			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.queued.Load()), l.claimed.Load()
 			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.pid()
 		}
 		p.totalsOf(i, &ls)
 		s.Lanes = append(s.Lanes, ls)
 	}
 	s.Tasks = p.taskStats()
+	s.Steal = StealOff
+	if sh := p.shared; sh != nil {
+		s.Steal, s.Shared = sh.mode, int(sh.inflight.Load())
+	}
 	return s
 }

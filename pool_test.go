@@ -398,7 +398,7 @@ func TestGoexitEndsLane(t *testing.T) {
 
 func TestBalancers(t *testing.T) {
 	for _, b := range []knit.Balancer{knit.LeastLoaded, knit.RoundRobin, knit.FirstIdle, knit.Random, knit.FirstIdleOrRandom} {
-		p := newPool(t, knit.Config{Lanes: 3, Balancer: b})
+		p := newPool(t, knit.Config{Lanes: 3, Balancer: b, Steal: knit.StealOff}) // balancers place calls on private lanes
 		for i := range 300 {
 			if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || sum != int64(i+1) {
 				t.Fatalf("balancer %d call %d: %d, %v", b, i, sum, err)

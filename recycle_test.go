@@ -525,7 +525,8 @@ func TestResizeShrinkFinishesHeldCalls(t *testing.T) {
 		t.Run(fmt.Sprintf("cancel=%v", cancelFirst), func(t *testing.T) {
 			retiring := make(chan struct{})
 			var once sync.Once
-			p := newPool(t, knit.Config{Lanes: 2, Logger: quiet(), OnEvent: func(e knit.Event) {
+			// Private lanes: the test places calls on given lanes.
+			p := newPool(t, knit.Config{Lanes: 2, Logger: quiet(), Steal: knit.StealOff, OnEvent: func(e knit.Event) {
 				if e.Lane == 1 && e.To == knit.StateRetiring {
 					once.Do(func() { close(retiring) })
 				}

@@ -75,6 +75,11 @@ func (p *Pool) Resize(ctx context.Context, n int) error {
 	if n == cur {
 		return nil
 	}
+	if p.shared != nil {
+		if err := p.shared.checkResize(n); err != nil {
+			return err
+		}
+	}
 	p.log.Info("resizing the pool", zap.Int("from", cur), zap.Int("to", n))
 	var err error
 	if n > cur {

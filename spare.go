@@ -232,9 +232,9 @@ func (p *Pool) startSpare() (*spare, error) {
 var errSparesClosed = errors.New("the pool is closing")
 
 // assign turns the spare into a lane: one message with the boot record and descriptors.
-func (sp *spare) assign(record []byte, region, done *os.File) error {
+func (sp *spare) assign(record []byte, region, done *os.File, more ...*os.File) error {
 	defer sp.sock.Close()
-	msg, oob := lifecycle.Assignment(record, region, done)
+	msg, oob := lifecycle.Assignment(record, region, done, more...)
 	conn, err := sp.sock.SyscallConn()
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/internal/spin"
+	"github.com/knitgo/knit/steal"
 )
 
 // Executor is the consumer side of a lane: it takes every pending call from the request
@@ -43,9 +44,20 @@ type Executor struct {
 	// Timed makes the lane time each call and report it in its result slot's sequence field
 	// (nanoseconds), which the host's metrics split from the time the call waited.
 	Timed bool
+	// Steal, if set, is the lane's side of the pool's shared submit ring: when the lane's
+	// own ring is empty it claims batches there (work stealing) and answers them on its own
+	// return ring, marked SharedResult.
+	Steal *steal.Consumer
 
 	scratch []byte
+	ret     *fastpath.Producer
+	stats   fastpath.Stats
+	last    uint64 // the sequence number of the last call of its own ring it started
+	busy    bool   // the running word says busy
 }
+
+// SharedResult marks a result slot's flags: the call came from the shared submit ring.
+const SharedResult uint32 = 1 << 31
 
 type work struct {
 	fn, id, gen, abort uint32
@@ -57,16 +69,25 @@ type work struct {
 // the calls it has taken. An error means the request ring broke the protocol: the lane
 // must die.
 func (e *Executor) Run() error {
-	req, ret := e.Region.Requests().Consumer(), e.Region.Returns().Producer()
+	req := e.Region.Requests().Consumer()
+	e.ret, e.stats = e.Region.Returns().Producer(), e.Region.Stats()
 	wake, done, stop := e.Region.LaneWake(), e.Region.Returns().Completion(), e.Region.Stop()
-	stats, running := e.Region.Stats(), e.Region.Running()
-	ready := func() bool { return req.Poll() != 0 || stop.Load() != fastpath.StopRunning }
+	open := e.Region.Open()
+	ready := func() bool {
+		return req.Poll() != 0 || stop.Load() != fastpath.StopRunning ||
+			e.Steal != nil && open.Load() != 0 && e.Steal.Pending()
+	}
 	// A process lane has nothing else to run while it spins: it yields to other processes.
 	spin := fastpath.Spinner{Budget: e.Spin, OS: !e.Local}
 	var batch [fastpath.Slots]work
 	var inputs [fastpath.Slots][]byte
 	wake.SetAwake()
+	running := e.Region.Running()
 	for {
+		if e.busy { // between batches: the lane looks for work (a stealing host rings none)
+			running.Store(fastpath.RunningWord(e.last, false))
+			e.busy = false
+		}
 		if !spin.Until(ready) {
 			if e.Spin <= 0 {
 				wake.Park(e.Lane, ready, e.Park)
@@ -84,6 +105,11 @@ func (e *Executor) Run() error {
 					e.Done.Wake(done.Word()) // the host may be waiting for the ack on this bell
 				}
 				return nil
+			}
+			if e.Steal != nil && stop.Load() == fastpath.StopRunning && open.Load() != 0 {
+				if err := e.steal(batch[:], inputs[:]); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -104,60 +130,125 @@ func (e *Executor) Run() error {
 		}
 		req.Retire(pending)
 		for k := range n {
-			w := batch[k]
-			if int(w.fn) >= len(e.Tasks) {
-				return fmt.Errorf("%w: function index %d of %d", fastpath.ErrCorrupt, w.fn, len(e.Tasks))
+			if err := e.run(batch[k], inputs[k], 0); err != nil {
+				return err
 			}
-			t := e.Tasks[w.fn]
-			if t == nil {
-				return fmt.Errorf("%w: function index %d is not served", fastpath.ErrCorrupt, w.fn)
-			}
-			// One store before each call: if the lane dies, the host knows which calls had
-			// started and which it may run elsewhere.
-			running.Store(fastpath.RunningWord(w.seq, true))
-			var out []byte
-			var o Outcome
-			var began time.Duration
-			if e.Timed {
-				began = latency.Now()
-			}
-			if e.Local {
-				o = t.RunLocal(w.id, w.gen)
-			} else {
-				var err error
-				out, o, err = e.runEncoded(t, inputs[k], int(w.abort)-1, w.deadline)
-				if err != nil {
-					return err
-				}
-			}
-			var ran uint64
-			if e.Timed {
-				ran = uint64(max(latency.Now()-began, 1))
-			}
-			if o == Panicked && e.Panic {
-				return e.panicOf(t, w.id, out)
-			}
-			if o == OK {
-				stats.Completed.Add(1)
-			} else {
-				stats.Failed.Add(1)
-			}
-			j, buf := e.reserve(ret, len(out))
-			copy(buf, out)
-			rs := ret.Slot(j)
-			rs.SetFn(w.fn)
-			rs.SetCall(w.id, w.gen)
-			rs.SetAbort(w.abort)
-			rs.SetFlags(uint32(o))
-			if e.Timed {
-				rs.SetSeq(ran)
-			}
-			// Each result is published as soon as it exists: a result that waited for the
-			// rest of its burst would be lost with the lane, and its call with it.
-			ret.Publish(j)
-			e.signal()
 		}
 	}
+}
+
+// run runs one call and publishes its result; flags marks the result (SharedResult).
+func (e *Executor) run(w work, input []byte, flags uint32) error {
+	if int(w.fn) >= len(e.Tasks) {
+		return fmt.Errorf("%w: function index %d of %d", fastpath.ErrCorrupt, w.fn, len(e.Tasks))
+	}
+	t := e.Tasks[w.fn]
+	if t == nil {
+		return fmt.Errorf("%w: function index %d is not served", fastpath.ErrCorrupt, w.fn)
+	}
+	// One store before each call of the lane's own ring: if the lane dies, the host knows
+	// which calls had started and which it may run elsewhere. (A call from the shared ring
+	// is journaled there instead.)
+	switch {
+	case flags&SharedResult == 0:
+		e.last = w.seq
+		e.Region.Running().Store(fastpath.RunningWord(w.seq, true))
+	case !e.busy:
+		e.Region.Running().Store(fastpath.RunningWord(e.last, true))
+	}
+	e.busy = true
+	var out []byte
+	var o Outcome
+	var began time.Duration
+	if e.Timed {
+		began = latency.Now()
+	}
+	if e.Local {
+		o = t.RunLocal(w.id, w.gen)
+	} else {
+		var err error
+		out, o, err = e.runEncoded(t, input, int(w.abort)-1, w.deadline)
+		if err != nil {
+			return err
+		}
+	}
+	var ran uint64
+	if e.Timed {
+		ran = uint64(max(latency.Now()-began, 1))
+	}
+	if o == Panicked && e.Panic {
+		return e.panicOf(t, w.id, out)
+	}
+	if o == OK {
+		e.stats.Completed.Add(1)
+	} else {
+		e.stats.Failed.Add(1)
+	}
+	ret := e.ret
+	j, buf := e.reserve(ret, len(out))
+	copy(buf, out)
+	rs := ret.Slot(j)
+	rs.SetFn(w.fn)
+	rs.SetCall(w.id, w.gen)
+	rs.SetAbort(w.abort)
+	rs.SetFlags(uint32(o) | flags)
+	if e.Timed {
+		rs.SetSeq(ran)
+	}
+	// Each result is published as soon as it exists: a result that waited for the rest of
+	// its burst would be lost with the lane, and its call with it.
+	ret.Publish(j)
+	e.signal()
+	return nil
+}
+
+// steal claims a batch from the shared submit ring and runs it: the payloads are copied
+// and the slots released at once, then each call is journaled as started, run, answered on
+// the lane's own return ring and journaled as finished. A lane that was asked to stop
+// starts nothing more: the host re-dispatches what it had claimed and not started.
+func (e *Executor) steal(batch []work, inputs [][]byte) error {
+	c := e.Steal
+	n, err := c.Claim()
+	if err != nil {
+		return err
+	}
+	if n == 0 { // lost the race for the calls, or a peer holds its claim: let it finish
+		if e.Local {
+			runtime.Gosched()
+		} else {
+			spin.Yield()
+		}
+		return nil
+	}
+	for k := range n {
+		s := c.Slot(k)
+		batch[k] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: c.Call(k).Seq, deadline: s.Deadline()}
+		if !e.Local {
+			p, err := c.Payload(k)
+			if err != nil {
+				return err
+			}
+			inputs[k] = append(inputs[k][:0], p...)
+		}
+	}
+	c.Release()
+	stop := e.Region.Stop()
+	for k := range n {
+		if stop.Load() != fastpath.StopRunning {
+			return nil
+		}
+		c.Start(k)
+		if err := e.run(batch[k], inputs[k], SharedResult); err != nil {
+			return err
+		}
+		if stop.Load() != fastpath.StopRunning {
+			// An abandoned lane writes no more to a journal its successor may own; the
+			// host settles from the return ring what it answered.
+			return nil
+		}
+		c.Finish(k)
+	}
+	return nil
 }
 
 // signal lets the host know results are waiting: a goroutine lane settles them itself, a

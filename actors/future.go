@@ -8,15 +8,20 @@ import (
 
 // Future is the result of a call started with Go. It settles once; Wait and Done may be
 // used from many goroutines.
+//
+// A Future is one allocation: Wait blocks on a WaitGroup inside it, and the channel Done
+// returns is made only for a caller that asks for it.
 type Future[Out any] struct {
-	done   chan struct{}
-	out    Out
-	err    error
-	mu     sync.Mutex // orders the context hook's registration before its use
-	stop   func() bool
-	cancel context.CancelFunc
-	help   Helper        // the pool: drains results for a waiter
-	count  *atomic.Int64 // the pool's count of unsettled futures
+	wg      sync.WaitGroup // Wait blocks on it: one count, released when the call settles
+	settled atomic.Bool
+	out     Out
+	err     error
+	mu      sync.Mutex    // orders the context hook's registration before its use; guards done
+	done    chan struct{} // made by the first Done, closed when the call settles
+	stop    func() bool
+	cancel  context.CancelFunc
+	help    Helper // the pool: drains results for a waiter
+	watched bool   // under mu: Done registered f with help.Block until it settles
 }
 
 // Helper is what a pool does for a goroutine about to wait for a call's result.
@@ -24,50 +29,110 @@ type Helper interface {
 	// Help polls for the result of the call p reports pending, draining results itself,
 	// for as long as spinning pays; it returns when p settles or it stops spinning.
 	Help(p Pender)
+	// Block registers a goroutine that will block until a call settles, so that results
+	// are drained for it without its help; Unblock lets go of one registration.
+	Block()
+	Unblock()
+	// Poll settles the results waiting to be drained, if any, without blocking.
+	Poll()
 }
 
 // Pender reports whether a call is still unsettled.
 type Pender interface{ Pending() bool }
 
 // NewFuture returns an unsettled Future.
-func NewFuture[Out any]() *Future[Out] { return &Future[Out]{done: make(chan struct{})} }
+func NewFuture[Out any]() *Future[Out] {
+	f := &Future[Out]{}
+	f.wg.Add(1)
+	return f
+}
 
 // Wait blocks until the call settles and returns its result.
 func (f *Future[Out]) Wait() (Out, error) {
-	if f.help != nil && f.Pending() {
-		f.help.Help(f)
+	if f.help != nil && !f.settled.Load() {
+		f.help.Help((*settledFlag)(&f.settled))
+		if !f.settled.Load() {
+			// The spin did not catch the result: from now on the pool drains for us.
+			f.help.Block()
+			f.wg.Wait()
+			f.help.Unblock()
+			return f.out, f.err
+		}
 	}
-	<-f.done
+	f.wg.Wait()
 	return f.out, f.err
 }
 
 // Done is closed when the call has settled.
-func (f *Future[Out]) Done() <-chan struct{} { return f.done }
-
-// Pending reports whether the call is still unsettled.
-func (f *Future[Out]) Pending() bool {
-	select {
-	case <-f.done:
-		return false
-	default:
-		return true
+func (f *Future[Out]) Done() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done == nil {
+		f.done = make(chan struct{})
+		switch {
+		case f.settled.Load(): // settle closed no channel: there was none
+			close(f.done)
+		case f.help != nil:
+			// Whoever selects on the channel waits without helping: the pool drains for
+			// it until the call settles (settle lets go of the registration).
+			f.help.Block()
+			f.watched = true
+		}
 	}
+	return f.done
+}
+
+// Pending reports whether the call is still unsettled. It drains the results waiting for
+// the pool first, so that polling Pending sees a result as soon as it is there.
+func (f *Future[Out]) Pending() bool {
+	if f.settled.Load() {
+		return false
+	}
+	if f.help != nil {
+		f.help.Poll()
+	}
+	return !f.settled.Load()
+}
+
+// settledFlag is a Future's settled flag as the Pender Help polls: Help drains by itself.
+type settledFlag atomic.Bool
+
+func (s *settledFlag) Pending() bool { return !(*atomic.Bool)(s).Load() }
+
+// settle hands f its result and releases its waiters; it reports whether it stopped the
+// context hook (which then never runs). The result is written before settled turns true,
+// and settled before the WaitGroup lets Wait return (so Pending is false once Wait has
+// returned). settled turns true under mu, which Done holds while it looks at settled and
+// makes the channel: exactly one of the two closes a channel Done made.
+func (f *Future[Out]) settle(out Out, err error) (stopped bool) {
+	f.out, f.err = out, err
+	f.mu.Lock()
+	f.settled.Store(true)
+	if f.done != nil {
+		close(f.done)
+	}
+	if f.watched {
+		f.help.Unblock()
+	}
+	stopped = f.stop != nil && f.stop()
+	f.mu.Unlock()
+	f.wg.Done()
+	return stopped
 }
 
 // FailFuture settles f, whose call never started, with err. It is a function, not a method:
 // settling belongs to knit, and a method would be one users of knit.Future could call.
 func FailFuture[Out any](f *Future[Out], err error) *Future[Out] {
-	f.err = err
-	close(f.done)
+	var zero Out
+	f.settle(zero, err)
 	return f
 }
 
 // Attach makes r settle f. cancel, if not nil, is called when the call settles. expire, if
-// not nil, is run (holding its own reference to r) when ctx ends first. help is the pool;
-// count, decremented when f settles, its count of unsettled futures.
-func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel context.CancelFunc, expire func(), help Helper, count *atomic.Int64) {
+// not nil, is run (holding its own reference to r) when ctx ends first. help is the pool.
+func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel context.CancelFunc, expire func(), help Helper) {
 	r.fut = f
-	f.cancel, f.help, f.count = cancel, help, count
+	f.cancel, f.help = cancel, help
 	if expire == nil {
 		return
 	}
@@ -84,16 +149,9 @@ func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel con
 // the context hook's, if the hook will never run).
 func (r *Record[In, Out]) settleFuture() {
 	f := r.fut
-	f.out, f.err = r.Out, r.Err
-	close(f.done)
-	if f.count != nil {
-		f.count.Add(-1)
-	}
 	// Stop the hook before cancelling: cancel ends the context the hook waits on (a task's
 	// Timeout), which would start the hook on a call that has already settled.
-	f.mu.Lock()
-	stopped := f.stop != nil && f.stop()
-	f.mu.Unlock()
+	stopped := f.settle(r.Out, r.Err)
 	if f.cancel != nil {
 		f.cancel()
 	}

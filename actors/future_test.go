@@ -69,11 +69,12 @@ func TestFutureFailFuture(t *testing.T) {
 }
 
 // attached starts a call and attaches a future to it as Task.Go does; cancels counts calls
-// of the cancel function, count is the pool's count of unsettled futures.
+// of the cancel function, reg is the pool (unless the test brings its own helper): it
+// counts the future's registrations for a drainer.
 type attached struct {
 	r       *Record[int, int]
 	f       *Future[int]
-	count   atomic.Int64
+	reg     registrations
 	cancels atomic.Int32
 	expires atomic.Int32
 	ctx     context.Context
@@ -92,10 +93,20 @@ func attach(t *testing.T, task *Task[int, int], withExpire bool, help Helper) *a
 			a.r.Fail(a.ctx.Err()) // what the pool's expire does: settle by the context's rules
 		}
 	}
-	a.count.Store(1)
-	a.r.Attach(a.f, a.ctx, func() { a.cancels.Add(1); a.cancel() }, expire, help, &a.count)
+	if help == nil {
+		help = &a.reg
+	}
+	a.r.Attach(a.f, a.ctx, func() { a.cancels.Add(1); a.cancel() }, expire, help)
 	return a
 }
+
+// registrations is a Helper that does not help: it counts Block (less Unblock) and Poll.
+type registrations struct{ n, blocks, polls atomic.Int64 }
+
+func (*registrations) Help(Pender) {}
+func (g *registrations) Block()    { g.n.Add(1); g.blocks.Add(1) }
+func (g *registrations) Unblock()  { g.n.Add(-1) }
+func (g *registrations) Poll()     { g.polls.Add(1) }
 
 func TestFutureResolvesOnce(t *testing.T) {
 	task := defineTest(t, double, Options{})
@@ -119,8 +130,8 @@ func TestFutureResolvesOnce(t *testing.T) {
 			t.Fatalf("Wait = %v, %v; want 7, nil", outs[i], errs[i])
 		}
 	}
-	if a.count.Load() != 0 || a.cancels.Load() != 1 {
-		t.Fatalf("after settling: %d unsettled futures, %d cancels; want 0, 1", a.count.Load(), a.cancels.Load())
+	if a.reg.n.Load() != 0 || a.cancels.Load() != 1 {
+		t.Fatalf("after settling: %d registrations for a drainer left, %d cancels; want 0, 1", a.reg.n.Load(), a.cancels.Load())
 	}
 	// Settled before its context ended: the hook was stopped, and its reference dropped with
 	// the caller's. Only the dispatch side holds the record now.
@@ -201,8 +212,8 @@ func TestFutureConcurrentSettle(t *testing.T) {
 		// The settle winner may be the hook, on its own goroutine, and the hook lets go after
 		// its expire returns: wait for both references, dropped last.
 		eventually(t, "the caller's and the hook's references dropped", func() bool { return a.r.refs.Load() == 1 })
-		if a.count.Load() != 0 || a.cancels.Load() != 1 {
-			t.Fatalf("%d unsettled futures, %d cancels after one settle; want 0, 1", a.count.Load(), a.cancels.Load())
+		if a.reg.n.Load() != 0 || a.cancels.Load() != 1 {
+			t.Fatalf("%d registrations for a drainer left, %d cancels after one settle; want 0, 1", a.reg.n.Load(), a.cancels.Load())
 		}
 		task.Records.Release(a.r)
 		if !isFree(a.r) {
@@ -236,7 +247,7 @@ func TestFutureExpireHoldsRecord(t *testing.T) {
 		}
 		inHook <- nil
 	}
-	r.Attach(f, ctx, nil, expire, nil, nil)
+	r.Attach(f, ctx, nil, expire, nil)
 	cancel()
 	if out, err := f.Wait(); out != 0 || !errors.Is(err, context.Canceled) {
 		t.Fatalf("expired future = %v, %v; want the context's error", out, err)
@@ -256,6 +267,10 @@ type helper struct {
 	pending bool
 	settle  func()
 }
+
+func (h *helper) Block()   { panic("Wait blocked although its helper settled the call") }
+func (h *helper) Unblock() { panic("Unblock without Block") }
+func (h *helper) Poll()    {}
 
 func (h *helper) Help(p Pender) {
 	h.calls.Add(1)
@@ -285,4 +300,152 @@ func TestFutureWaitHelps(t *testing.T) {
 		t.Fatalf("%d references after settling without a hook, want the dispatch side's 1", a.r.refs.Load())
 	}
 	task.Records.Release(a.r)
+}
+
+// blocker is a Helper whose spin never catches the result: Wait must register (Block)
+// before it blocks, and the test settles the call only once it has.
+type blocker struct {
+	registrations
+	blocked chan struct{}
+}
+
+func (b *blocker) Block() { b.registrations.Block(); b.blocked <- struct{}{} }
+
+func TestFutureWaitBlocksAfterHelp(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	b := &blocker{blocked: make(chan struct{}, 1)}
+	a := attach(t, task, false, b)
+	type result struct {
+		out int
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		out, err := a.f.Wait()
+		got <- result{out, err}
+	}()
+	<-b.blocked // Wait registered for a drainer: now the "drainer" settles the call
+	if b.n.Load() != 1 {
+		t.Fatalf("%d registrations while Wait blocks, want 1", b.n.Load())
+	}
+	a.r.Resolve(5)
+	if r := <-got; r.out != 5 || r.err != nil {
+		t.Fatalf("Wait = %v, %v; want 5, nil", r.out, r.err)
+	}
+	if b.n.Load() != 0 || b.blocks.Load() != 1 {
+		t.Fatalf("after Wait: %d registrations left of %d; want 0 of 1", b.n.Load(), b.blocks.Load())
+	}
+	task.Records.Release(a.r)
+}
+
+func TestFutureDoneRegistersUntilSettled(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	a := attach(t, task, false, nil)
+	d := a.f.Done()
+	if a.f.Done() != d {
+		t.Fatal("Done returned another channel")
+	}
+	if a.reg.n.Load() != 1 || a.reg.blocks.Load() != 1 {
+		t.Fatalf("Done on a pending future: %d registrations (%d Block calls), want 1 (1)", a.reg.n.Load(), a.reg.blocks.Load())
+	}
+	select {
+	case <-d:
+		t.Fatal("Done closed before the call settled")
+	default:
+	}
+	a.r.Resolve(9)
+	<-d // closed by the settle
+	if a.reg.n.Load() != 0 {
+		t.Fatalf("%d registrations after the settle, want 0", a.reg.n.Load())
+	}
+	if out, err := a.f.Wait(); out != 9 || err != nil {
+		t.Fatalf("Wait = %v, %v; want 9, nil", out, err)
+	}
+	task.Records.Release(a.r)
+
+	// Done first asked for after the settle: a closed channel, and no registration.
+	b := attach(t, task, false, nil)
+	b.r.Resolve(1)
+	<-b.f.Done()
+	if b.reg.blocks.Load() != 0 {
+		t.Fatalf("Done on a settled future registered %d times", b.reg.blocks.Load())
+	}
+	task.Records.Release(b.r)
+}
+
+// poller settles the call from Poll, as a pool whose drain finds the result does.
+type poller struct {
+	registrations
+	settle func()
+}
+
+func (p *poller) Poll() { p.registrations.Poll(); p.settle() }
+
+func TestFuturePendingPolls(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	p := &poller{}
+	a := attach(t, task, false, p)
+	p.settle = func() { a.r.Resolve(4) }
+	if a.f.Pending() {
+		t.Fatal("Pending did not drain: the result was waiting")
+	}
+	if p.polls.Load() != 1 {
+		t.Fatalf("Pending polled %d times, want 1", p.polls.Load())
+	}
+	a.f.Pending()
+	if p.polls.Load() != 1 {
+		t.Fatal("Pending polled for a settled future")
+	}
+	task.Records.Release(a.r)
+}
+
+// A Future is one allocation: its channel is made only for a caller of Done, before or
+// after the settle, and closed either way.
+func TestFutureOneAllocationDoneLazily(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() {
+		f := NewFuture[int]()
+		FailFuture(f, nil)
+		_, _ = f.Wait()
+	}); n != 1 {
+		t.Errorf("a future settled and waited for without Done: %v allocations, want 1", n)
+	}
+	task := defineTest(t, double, Options{})
+	a := attach(t, task, false, nil)
+	d := a.f.Done()
+	if a.f.Done() != d {
+		t.Fatal("Done returned another channel")
+	}
+	select {
+	case <-d:
+		t.Fatal("Done closed before the call settled")
+	default:
+	}
+	a.r.Resolve(9)
+	<-d // closed by the settle
+	task.Records.Release(a.r)
+
+	b := attach(t, task, false, nil)
+	b.r.Resolve(1)
+	<-b.f.Done() // made after the settle: closed at once
+	if out, err := b.f.Wait(); out != 1 || err != nil {
+		t.Fatalf("Wait = %v, %v; want 1, nil", out, err)
+	}
+	task.Records.Release(b.r)
+}
+
+// Done racing the settle: whichever comes first, the channel Done made is closed exactly
+// once (a close by both would panic) and Pending is false once Wait has returned.
+func TestFutureDoneRacesSettle(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	for range 2000 {
+		a := attach(t, task, false, nil)
+		got := make(chan (<-chan struct{}), 1)
+		go func() { got <- a.f.Done() }()
+		a.r.Resolve(2)
+		<-<-got
+		if _, err := a.f.Wait(); err != nil || a.f.Pending() {
+			t.Fatalf("after Wait: %v, pending %v", err, a.f.Pending())
+		}
+		task.Records.Release(a.r)
+	}
 }

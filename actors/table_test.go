@@ -40,7 +40,7 @@ func startCall[In, Out any](t testing.TB, task *Task[In, Out], ctx context.Conte
 }
 
 // isFree reports whether r is back on its table's free list.
-func isFree[In, Out any](r *Record[In, Out]) bool { return r.state.Load() == stateFree }
+func isFree[In, Out any](r *Record[In, Out]) bool { return r.refs.Load() == 0 }
 
 // nextAlloc takes the next record from table and gives it straight back (it is never
 // started: the state of the table is otherwise unchanged).

@@ -339,8 +339,9 @@ type Record[In, Out any] struct {
 	Lane  atomic.Int32  // lane holding the call, -1 while in the backlog
 	Abort atomic.Int32  // the call's abort bit on its lane, -1 for none
 	Enc   []byte        // the encoded input (process lanes), reused across calls
-	state atomic.Uint32
-	refs  atomic.Int32
+	// refs holds the references and the state in one word, so that starting a call is one
+	// store and a free record needs no store of its state.
+	refs refState
 	// Seq is the call's sequence number on the lane it was last published to (0 while it is
 	// in a backlog or looking for a lane): it tells, when that lane dies, whether it started.
 	Seq atomic.Uint64
@@ -360,20 +361,59 @@ type Record[In, Out any] struct {
 	done  chan struct{}
 	fut   *Future[Out]
 	table *Table[In, Out]
-	next  *Record[In, Out]
+	// nextFree is the ID+1 of the next record on the free list (0: none).
+	nextFree atomic.Uint32
 	// obs, if set, is told when the call settles; Begun is when it was submitted (the
 	// observer's clock).
 	obs   Observer
 	Begun int64
 }
 
-// Record states.
+// Record states. A record with no reference is free, whatever its state says.
 const (
 	stateFree uint32 = iota
 	statePending
-	stateSettling
-	stateSettled
+	stateSettled // settled, or being settled: its winner writes Out and Err, then signals
 )
+
+// refState is a record's reference count and state in one word: the count above stateBits,
+// the state below. Every call path store is a full barrier on amd64 (XCHG): one word means
+// one store where two fields took two.
+type refState struct{ w atomic.Uint32 }
+
+const (
+	stateBits = 8
+	stateMask = 1<<stateBits - 1
+)
+
+// Load returns the reference count.
+func (s *refState) Load() int32 { return int32(s.w.Load() >> stateBits) }
+
+// Store sets the reference count; the state reads free.
+func (s *refState) Store(n int32) { s.w.Store(uint32(n) << stateBits) }
+
+// Add adds d to the reference count and returns the new count.
+func (s *refState) Add(d int32) int32 { return int32(s.w.Add(uint32(d)<<stateBits) >> stateBits) }
+
+// state returns the state.
+func (s *refState) state() uint32 { return s.w.Load() & stateMask }
+
+// start sets both at once.
+func (s *refState) start(refs int32, state uint32) { s.w.Store(uint32(refs)<<stateBits | state) }
+
+// settle moves a pending record to settled, keeping its references; false if it was not
+// pending.
+func (s *refState) settle() bool {
+	for {
+		w := s.w.Load()
+		if w&stateMask != statePending {
+			return false
+		}
+		if s.w.CompareAndSwap(w, w&^stateMask|stateSettled) {
+			return true
+		}
+	}
+}
 
 // Start prepares a fresh record for a call with two references (caller and dispatch).
 //
@@ -386,8 +426,7 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 		r.owner.Store(owner)
 	}
 	r.deaths = 0
-	r.refs.Store(2)
-	r.state.Store(statePending)
+	r.refs.start(2, statePending)
 }
 
 // Observe has obs told when the call settles; begun is when it was submitted, on obs's
@@ -407,7 +446,7 @@ type Observer interface {
 func (r *Record[In, Out]) Ctx() context.Context { return r.ctx }
 
 // Pending reports whether the call is still unsettled.
-func (r *Record[In, Out]) Pending() bool { return r.state.Load() == statePending }
+func (r *Record[In, Out]) Pending() bool { return r.refs.state() == statePending }
 
 // SettleLane ends the call with the lane's result (LaneOut, and err for a failed call). Only
 // the first settle of a call wins; it reports whether this one did.
@@ -426,7 +465,7 @@ func (r *Record[In, Out]) Fail(err error) bool {
 }
 
 func (r *Record[In, Out]) finish(out Out, err error, ran uint64) bool {
-	if !r.state.CompareAndSwap(statePending, stateSettling) {
+	if !r.refs.settle() {
 		return false
 	}
 	r.Out, r.Err = out, err
@@ -438,7 +477,8 @@ func (r *Record[In, Out]) finish(out Out, err error, ran uint64) bool {
 }
 
 func (r *Record[In, Out]) settled() {
-	r.state.Store(stateSettled)
+	// No store of a settled state: Pending turned false at the CAS, and whoever reads Out
+	// waits for the signal below first.
 	if r.fut != nil {
 		r.settleFuture()
 		return
@@ -450,12 +490,16 @@ func (r *Record[In, Out]) settled() {
 func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
 
 // Table holds a task's records: chunked so that a record never moves and lookups by index
-// take no lock.
+// take no lock. The free list is a lock-free stack: a call takes a record and gives it back
+// with one compare-and-swap each, where a mutex cost two atomic operations each.
 type Table[In, Out any] struct {
-	task   uint32 // the task's registry index
-	mu     sync.Mutex
-	free   *Record[In, Out]
-	n      uint32
+	task uint32 // the task's registry index
+	// free is the top of the free list: ID+1 of its first record in the low 32 bits (0:
+	// empty), and above them a tag bumped by every change, so that a pop whose top was
+	// popped and pushed back meanwhile fails its compare-and-swap (ABA).
+	free   atomic.Uint64
+	mu     sync.Mutex // grows the table
+	n      uint32     // under mu
 	chunks [maxChunks]atomic.Pointer[[chunkSize]Record[In, Out]]
 }
 
@@ -484,12 +528,18 @@ func (t *Table[In, Out]) Get(id uint32) *Record[In, Out] {
 
 // Alloc takes a free record.
 func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
+	for {
+		top := t.free.Load()
+		if uint32(top) == 0 {
+			break
+		}
+		r := t.Get(uint32(top) - 1) // on the free list: it exists
+		if t.free.CompareAndSwap(top, (top>>32+1)<<32|uint64(r.nextFree.Load())) {
+			return r, nil
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if r := t.free; r != nil {
-		t.free, r.next = r.next, nil
-		return r, nil
-	}
 	if t.n >= maxChunks*chunkSize {
 		return nil, fmt.Errorf("knit: more than %d calls in flight on one task", maxChunks*chunkSize)
 	}
@@ -520,10 +570,13 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 		r.Enc = nil
 	}
 	r.Gen.Add(1)
-	r.state.Store(stateFree)
-	t.mu.Lock()
-	r.next, t.free = t.free, r
-	t.mu.Unlock()
+	for {
+		top := t.free.Load()
+		r.nextFree.Store(uint32(top))
+		if t.free.CompareAndSwap(top, (top>>32+1)<<32|uint64(r.ID+1)) {
+			return
+		}
+	}
 }
 
 // maxKeptEncoding bounds the encoding buffer a free record keeps for its next call.
@@ -591,6 +644,14 @@ type LaneEnd struct {
 	// Requeue dispatches a call again, on another lane; false when it cannot (the pool is
 	// closing).
 	Requeue func(Retry) bool
+	// Shared, if set, picks among the calls on a shared submit ring (Lane is the ring's
+	// key) those the lane held: held says whether it held the call published with sequence
+	// number seq (abort is the call's abort bit), started whether it had started it
+	// (Started is not used).
+	Shared func(seq uint64, abort int32) (held, started bool)
+	// Keep fails the calls but leaves their records held as they are, never reused: a
+	// result that may still come for one of them settles nothing.
+	Keep bool
 }
 
 // Retry is a call handed back for another lane. Its record keeps the dispatch reference;
@@ -611,9 +672,20 @@ type Retry struct {
 func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 	n := 0
 	t.Records.Held(e.Owner, e.Lane, func(r *Record[In, Out]) {
-		n++
 		seq := r.Seq.Load()
 		started := seq != 0 && seq <= e.Started
+		if e.Shared != nil {
+			held, s := e.Shared(seq, r.Abort.Load())
+			if !held {
+				return
+			}
+			started = s
+		}
+		n++
+		if e.Keep {
+			r.Fail(e.Err(started, false))
+			return
+		}
 		poison := started && r.deaths > 0
 		again := e.Release && e.Requeue != nil && r.Pending() && r.ctx.Err() == nil &&
 			(!started || t.opts.Idempotent && !poison)

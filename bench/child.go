@@ -21,6 +21,7 @@ const (
 	childShmSpin  = "shm-spin"  // child_shm.go: spin on a shared word, echo it
 	childShmFutex = "shm-futex" // child_shm.go: futex-wait on a shared word, echo it
 	childPlugin   = "plugin"    // child_plugin.go: hashicorp/go-plugin net/rpc server
+	childIdle     = "knit-idle" // idle_child.go: measure an idle knit pool, print the result
 )
 
 // runChildIfRequested runs the child role named by KNIT_BENCH_CHILD, if any.
@@ -40,6 +41,8 @@ func runChildIfRequested() (exitCode int, isChild bool) {
 	case childPlugin:
 		pluginChildMain()
 		return 0, true
+	case childIdle:
+		return idleChildMain(), true
 	default:
 		fmt.Fprintf(os.Stderr, "bench child: unknown %s=%q\n", childEnv, role)
 		return 2, true

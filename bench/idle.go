@@ -160,8 +160,10 @@ func (p idleProcs) all() []int {
 func measureIdle(procs idleProcs, window time.Duration, sameProcs func() error) (*idleResult, error) {
 	pids := procs.all()
 	before := make([]cpuSample, len(pids))
-	for i, pid := range pids {
-		s, err := sampleCPU(pid)
+	// The host (pids[0]) samples itself last before the window and first after it, so
+	// that its reading of the other processes' /proc files is not billed to the pool.
+	for i := len(pids) - 1; i >= 0; i-- {
+		s, err := sampleCPU(pids[i])
 		if err != nil {
 			return nil, err
 		}

@@ -85,7 +85,7 @@ func knitSweepScenarios() []scenario {
 			setup: func() (func(*testing.B), func() error, error) { return setupKnitInFlight(cfg(poolWorkers)) }})
 		add(scenario{name: label(knitIdleLanes) + ": idle CPU",
 			meta:    rowMeta{Impl: impl, Shape: shapeIdle, Lanes: knitIdleLanes},
-			measure: func(res *result) error { return measureKnitIdle(cfg(knitIdleLanes), res) }})
+			measure: func(res *result) error { return measureKnitIdleChild(cfg(knitIdleLanes), res) }})
 	}
 	return rows
 }

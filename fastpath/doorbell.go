@@ -105,16 +105,30 @@ func (w *Wake) Park(bell Bell, ready func() bool, timeout time.Duration) {
 	w.awake.Store(1)
 }
 
+// Awake reports whether the consumer is awake (running or polling), not parked; woken is
+// true while a Ring has woken it and it has not run yet.
+func (w *Wake) Awake() (awake, woken bool) {
+	a := w.awake.Load()
+	return a != 0, a == rung
+}
+
+// rung is the awake word of a consumer a Ring woke, until it runs.
+const rung = 2
+
 // SetAwake marks the consumer awake (it is after boot and after every Park).
 func (w *Wake) SetAwake() { w.awake.Store(1) }
 
-// Ring wakes the consumer if it is parked or about to park; it costs one load when the
-// consumer is awake.
+// Ring wakes the consumer if it is parked or about to park, and marks it awake, so that
+// the next Ring before it runs rings no more (a stealing pool then rings another lane); it
+// costs one load when the consumer is awake. A ChanBell keeps its wake as a token that the
+// next Wait takes, so it needs no bump of the counter.
 func (w *Wake) Ring(bell Bell) bool {
-	if w.awake.Load() != 0 {
+	if w.awake.Load() != 0 || !w.awake.CompareAndSwap(0, rung) {
 		return false
 	}
-	w.counter.Add(1)
+	if _, ok := bell.(*ChanBell); !ok {
+		w.counter.Add(1)
+	}
 	bell.Wake(w.counter)
 	return true
 }

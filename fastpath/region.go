@@ -128,7 +128,7 @@ const (
 const (
 	sigWake   = 0   // wake counter, the futex word the lane parks on
 	sigAwake  = 64  // 1 while the lane is awake (spinning or working), 0 when parked
-	sigBusy   = 128 // host-busy hint
+	sigOpen   = 128 // set by the host once the lane is open: it may claim from a shared ring
 	sigStop   = 192 // stop word
 	sigAbort  = 256 // abort doorbell counter, bumped when an abort bit is set
 	sigBeat   = 320 // heartbeat counter, bumped by a lane process's runtime (not its tasks)
@@ -295,8 +295,10 @@ func (r *Region) sig(off int) *atomic.Uint32 { return shm.U32(r.mem, r.parts[par
 // Stop returns the stop word (StopRunning, StopRequested, StopAcknowledged).
 func (r *Region) Stop() *atomic.Uint32 { return r.sig(sigStop) }
 
-// Busy returns the host-busy hint word.
-func (r *Region) Busy() *atomic.Uint32 { return r.sig(sigBusy) }
+// Open returns the word the host sets once the lane is open (its supervisor has it take
+// calls): a lane of a stealing pool claims from the shared ring only from then on, so no
+// call runs on a lane the host does not count as ready yet.
+func (r *Region) Open() *atomic.Uint32 { return r.sig(sigOpen) }
 
 // LaneWake returns the doorbell the lane parks on: it is rung for new calls and for stop requests.
 func (r *Region) LaneWake() *Wake { return &Wake{counter: r.sig(sigWake), awake: r.sig(sigAwake)} }
@@ -321,6 +323,10 @@ func RunningWord(seq uint64, busy bool) uint64 {
 
 // Started decodes a running word: the sequence number of the last call the lane started.
 func Started(word uint64) uint64 { return word >> 1 }
+
+// Busy decodes a running word: whether the lane is running calls (false: it looks for
+// work). A stealing pool's host rings no lane while one is awake and not busy.
+func Busy(word uint64) bool { return word&1 != 0 }
 
 // AbortWake returns the counter a lane's abort watcher parks on.
 func (r *Region) AbortWake() *atomic.Uint32 { return r.sig(sigAbort) }

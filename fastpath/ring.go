@@ -60,37 +60,55 @@ func (r Ring) Completion() Completion { return Completion{arm: shm.U32(r.ctrl, 2
 
 func (r Ring) slot(i int) Slot {
 	stride := HeaderBytes + r.inline
-	return Slot{b: r.slots[i*stride : (i+1)*stride : (i+1)*stride]}
+	b := r.slots[i*stride : (i+1)*stride : (i+1)*stride]
+	return Slot{h: (*[HeaderBytes]byte)(b), b: b}
+}
+
+// slotTable is every slot of a ring, sliced once: the producer and the consumer look a slot
+// up on every call, several times.
+type slotTable [Slots]Slot
+
+func (r Ring) slotTable() *slotTable {
+	var t slotTable
+	for i := range t {
+		t[i] = r.slot(i)
+	}
+	return &t
 }
 
 // Slot is one slot: a 64-byte header then the inline payload area. Its accessors do plain
-// reads and writes; the ring words order them.
-type Slot struct{ b []byte }
+// reads and writes; the ring words order them. h is the header as an array, so that the
+// accessors' constant offsets need no bounds checks.
+type Slot struct {
+	h *[HeaderBytes]byte
+	b []byte
+}
 
-func (s Slot) u32(off int) uint32       { return binary.LittleEndian.Uint32(s.b[off:]) }
-func (s Slot) put32(off int, v uint32)  { binary.LittleEndian.PutUint32(s.b[off:], v) }
+func (s Slot) u32(off int) uint32       { return binary.LittleEndian.Uint32(s.h[off : off+4]) }
+func (s Slot) put32(off int, v uint32)  { binary.LittleEndian.PutUint32(s.h[off:off+4], v) }
 func (s Slot) Fn() uint32               { return s.u32(hFn) }
 func (s Slot) Call() uint32             { return s.u32(hCall) }
 func (s Slot) Gen() uint32              { return s.u32(hGen) }
 func (s Slot) Flags() uint32            { return s.u32(hFlags) }
 func (s Slot) Abort() uint32            { return s.u32(hAbort) }
-func (s Slot) Seq() uint64              { return binary.LittleEndian.Uint64(s.b[hSeq:]) }
+func (s Slot) Seq() uint64              { return binary.LittleEndian.Uint64(s.h[hSeq : hSeq+8]) }
 func (s Slot) SetFn(v uint32)           { s.put32(hFn, v) }
 func (s Slot) SetCall(call, gen uint32) { s.put32(hCall, call); s.put32(hGen, gen) }
 func (s Slot) SetFlags(v uint32)        { s.put32(hFlags, v) }
 func (s Slot) SetAbort(v uint32)        { s.put32(hAbort, v) }
-func (s Slot) SetSeq(v uint64)          { binary.LittleEndian.PutUint64(s.b[hSeq:], v) }
+func (s Slot) SetSeq(v uint64)          { binary.LittleEndian.PutUint64(s.h[hSeq:hSeq+8], v) }
 
 // Deadline is when the caller stops waiting for the call, in Unix nanoseconds (0: never).
-func (s Slot) Deadline() int64 { return int64(binary.LittleEndian.Uint64(s.b[hDL:])) }
+func (s Slot) Deadline() int64 { return int64(binary.LittleEndian.Uint64(s.h[hDL : hDL+8])) }
 
 // SetDeadline stores the call's deadline in Unix nanoseconds (0: none).
-func (s Slot) SetDeadline(ns int64) { binary.LittleEndian.PutUint64(s.b[hDL:], uint64(ns)) }
+func (s Slot) SetDeadline(ns int64) { binary.LittleEndian.PutUint64(s.h[hDL:hDL+8], uint64(ns)) }
 
 // Producer is the only writer of a ring's producer word and the owner of its arena. It is
 // not safe for concurrent use.
 type Producer struct {
 	r          Ring
+	slots      *slotTable
 	prod, cons *atomic.Uint32
 	local      uint32 // the producer word as this side last stored it
 	shadow     uint32 // cached consumer word; stale only ever makes a free slot look busy
@@ -104,7 +122,7 @@ type extent struct{ off, n int }
 
 // Producer returns the producing side of r, starting from the words' current values.
 func (r Ring) Producer() *Producer {
-	p := &Producer{r: r, prod: r.prodWord(), cons: r.consWord()}
+	p := &Producer{r: r, slots: r.slotTable(), prod: r.prodWord(), cons: r.consWord()}
 	p.local = p.prod.Load()
 	p.shadow = p.cons.Load()
 	return p
@@ -130,13 +148,13 @@ func (p *Producer) Reserve() (slot int, ok bool) {
 }
 
 // Slot returns slot i for writing.
-func (p *Producer) Slot(i int) Slot { return p.r.slot(i) }
+func (p *Producer) Slot(i int) Slot { return p.slots[i] }
 
 // Put places an n-byte payload for slot i and returns the bytes to fill: in the header
 // (n ≤ HeaderData), inline, or in the arena. ErrArenaFull is backpressure; ErrTooLarge means
 // it can never fit.
 func (p *Producer) Put(i, n int) ([]byte, error) {
-	s := p.r.slot(i)
+	s := p.slots[i]
 	switch {
 	case n == 0:
 		s.put32(hTag, TagNone)
@@ -259,6 +277,7 @@ func (p *Producer) Drained() bool {
 // Consumer is the only writer of a ring's consumer word. It is not safe for concurrent use.
 type Consumer struct {
 	r          Ring
+	slots      *slotTable
 	prod, cons *atomic.Uint32
 	local      uint32
 	cursor     int // where the next batch starts: the slot after the last one taken
@@ -266,7 +285,7 @@ type Consumer struct {
 
 // Consumer returns the consuming side of r.
 func (r Ring) Consumer() *Consumer {
-	c := &Consumer{r: r, prod: r.prodWord(), cons: r.consWord()}
+	c := &Consumer{r: r, slots: r.slotTable(), prod: r.prodWord(), cons: r.consWord()}
 	c.local = c.cons.Load()
 	return c
 }
@@ -275,12 +294,12 @@ func (r Ring) Consumer() *Consumer {
 func (c *Consumer) Poll() uint32 { return c.prod.Load() ^ c.local }
 
 // Slot returns slot i for reading. Every field is hostile.
-func (c *Consumer) Slot(i int) Slot { return c.r.slot(i) }
+func (c *Consumer) Slot(i int) Slot { return c.slots[i] }
 
 // Payload returns slot i's payload bytes, in shared memory: copy or decode them before the
 // slot is retired. A tag, offset or length outside the layout gives ErrCorrupt.
 func (c *Consumer) Payload(i int) ([]byte, error) {
-	s := c.r.slot(i)
+	s := c.slots[i]
 	tag, off, n := s.u32(hTag), s.u32(hOff), s.u32(hLen)
 	switch tag {
 	case TagNone:
@@ -360,3 +379,16 @@ func (b Bitmap) Test(i int) bool {
 // Peek returns the pending mask without the consumer's private state: safe for observers
 // other than the consumer, at the cost of a second atomic load.
 func (c *Consumer) Peek() uint32 { return c.prod.Load() ^ c.cons.Load() }
+
+// BitmapSize is the bytes a bitmap of bits takes, a multiple of 64.
+func BitmapSize(bits int) int { return abortBytes(bits) }
+
+// BitmapOver is a bitmap of bits over mem, which must hold BitmapSize(bits) bytes, 4-byte
+// aligned (a pool's shared abort bitmap, outside any region).
+func BitmapOver(mem []byte, bits int) (Bitmap, error) {
+	n := abortBytes(bits)
+	if bits < 0 || len(mem) < n {
+		return Bitmap{}, fmt.Errorf("%w: %d bytes for a bitmap of %d bits", ErrLayout, len(mem), bits)
+	}
+	return Bitmap{mem: mem[:n], bits: bits}, nil
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
+	"github.com/knitgo/knit/steal"
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -34,6 +35,7 @@ const (
 const (
 	FDRegion = 3 // the region's memfd (SharedMemory Inherit)
 	FDDone   = 4 // the completion doorbell's eventfd
+	FDSteal  = 5 // a stealing pool's shared submit ring (Boot.Steal)
 )
 
 // BootTask names one task the host serves, at the host's registry index.
@@ -63,7 +65,15 @@ type Boot struct {
 	// Limits are what the lane applies to itself before it serves (nil: nothing, as from a
 	// host older than limits).
 	Limits *BootLimits `json:"limits,omitempty"`
+	// Steal: the pool's shared submit ring is on FDSteal (or the rendezvous's third
+	// descriptor); the lane claims there as consumer Lane.
+	Steal    bool `json:"steal,omitempty"`
+	Consumer int  `json:"consumer,omitempty"` // the lane's consumer id on the shared ring
 }
+
+// SharedAbortBase offsets, in slot headers, the abort bits of calls from a stealing pool's
+// shared ring: bit SharedAbortBase+i is bit i of the bitmap after the ring.
+const SharedAbortBase = 1 << 16
 
 // Exit statuses of a lane process.
 const (
@@ -165,7 +175,27 @@ func Serve(h Hooks) int {
 		return fail("%v", err)
 	}
 	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
+	var cons *steal.Consumer
+	var sharedAborts fastpath.Bitmap
+	if b.Steal {
+		smp, err := shm.MapFile(os.NewFile(FDSteal, "knit-steal"))
+		if err != nil {
+			return fail("shared submit ring: %v", err)
+		}
+		defer runtime.KeepAlive(smp)
+		ring, err := steal.Open(smp.Bytes())
+		if err == nil {
+			sharedAborts, err = ring.Aborts(smp.Bytes(), fastpath.DefaultAbortBits)
+		}
+		if err == nil {
+			cons, err = ring.Consumer(b.Consumer, root)
+		}
+		if err != nil {
+			return fail("shared submit ring: %v", err)
+		}
+	}
 	aborts := newAbortWatch(region)
+	aborts.shared = sharedAborts
 	aborts.prop = h.Propagator
 	exec := &actors.Executor{
 		Region:  region,
@@ -178,6 +208,7 @@ func Serve(h Hooks) int {
 		Context: aborts.context,
 		Carried: b.Carry,
 		Panic:   b.PanicCrash,
+		Steal:   cons,
 		// Two clock reads per call against a round trip of tens of µs: the host's metrics
 		// split run from wait time with them.
 		Timed: b.Timed,
@@ -211,11 +242,15 @@ func Serve(h Hooks) int {
 // them on FDRegion and FDDone, where an inheriting lane finds them.
 func mapRegion(b Boot) (*shm.Mapping, error) {
 	if b.Shm != "" {
-		files, err := shm.Collect(b.Shm, 2)
+		fds := []int{FDRegion, FDDone}
+		if b.Steal {
+			fds = append(fds, FDSteal)
+		}
+		files, err := shm.Collect(b.Shm, len(fds))
 		if err != nil {
 			return nil, err
 		}
-		for i, fd := range []int{FDRegion, FDDone} {
+		for i, fd := range fds {
 			err := unix.Dup3(int(files[i].Fd()), fd, 0)
 			files[i].Close()
 			if err != nil {
@@ -289,6 +324,7 @@ type abortWatch struct {
 	cancel  func()
 	stopped bool
 	prop    propagation.TextMapPropagator // puts carried fields into a call's context
+	shared  fastpath.Bitmap               // the abort bits of a stealing pool's shared calls
 	done    chan struct{}
 }
 
@@ -322,8 +358,8 @@ func (w *abortWatch) context(bit int, deadline int64, carried []byte) (context.C
 	if deadline != 0 {
 		ctx, stop = context.WithDeadlineCause(ctx, time.Unix(0, deadline), ErrCallerDeadline)
 	}
-	bits := w.region.Aborts()
-	if bit < 0 || bit >= bits.Len() {
+	bits, i := w.bitmap(bit)
+	if i < 0 || i >= bits.Len() {
 		return ctx, stop
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -331,7 +367,7 @@ func (w *abortWatch) context(bit int, deadline int64, carried []byte) (context.C
 	w.mu.Lock()
 	w.bit, w.cancel = bit, abort
 	w.mu.Unlock()
-	if bits.Test(bit) { // aborted before it started
+	if bits.Test(i) { // aborted before it started
 		abort()
 	}
 	return ctx, func() {
@@ -341,6 +377,15 @@ func (w *abortWatch) context(bit int, deadline int64, carried []byte) (context.C
 		cancel(nil)
 		stop()
 	}
+}
+
+// bitmap is where abort bit bit lives: the lane's region, or past SharedAbortBase the
+// shared ring's bitmap (a stealing pool's calls).
+func (w *abortWatch) bitmap(bit int) (fastpath.Bitmap, int) {
+	if bit >= SharedAbortBase {
+		return w.shared, bit - SharedAbortBase
+	}
+	return w.region.Aborts(), bit
 }
 
 func (w *abortWatch) run() {
@@ -353,7 +398,7 @@ func (w *abortWatch) run() {
 			w.mu.Unlock()
 			return
 		}
-		if w.cancel != nil && w.region.Aborts().Test(w.bit) {
+		if bits, i := w.bitmap(w.bit); w.cancel != nil && bits.Test(i) {
 			w.cancel()
 		}
 		w.mu.Unlock()
@@ -377,8 +422,12 @@ var errNotNeeded = errors.New("not needed")
 // reported itself initialised with a one-byte message: the boot record as the message, the
 // region's memfd and the completion eventfd as SCM_RIGHTS. A spare has its socket, so it
 // gets its descriptors this way in either shared-memory mode.
-func Assignment(record []byte, region, done *os.File) (msg, oob []byte) {
-	return record, unix.UnixRights(int(region.Fd()), int(done.Fd()))
+func Assignment(record []byte, region, done *os.File, more ...*os.File) (msg, oob []byte) {
+	fds := []int{int(region.Fd()), int(done.Fd())}
+	for _, f := range more { // a stealing pool's shared ring
+		fds = append(fds, int(f.Fd()))
+	}
+	return record, unix.UnixRights(fds...)
 }
 
 // awaitAssignment makes a spare a lane: it waits for its Assignment and puts the record and
@@ -400,7 +449,7 @@ func awaitAssignment() error {
 		return fmt.Errorf("reporting ready: %w", err)
 	}
 	buf := make([]byte, 1<<20)
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace(3*4))
 	var n, oobn int
 	var err error
 	for {
@@ -420,11 +469,12 @@ func awaitAssignment() error {
 		return fmt.Errorf("assignment without descriptors (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 2 {
+	if err != nil || len(fds) != 2 && len(fds) != 3 {
 		return fmt.Errorf("assignment with %d descriptors (%v)", len(fds), err)
 	}
-	// The region replaces the socket on FDRegion; the eventfd goes on FDDone.
-	for i, to := range []int{FDRegion, FDDone} {
+	// The region replaces the socket on FDRegion; the eventfd goes on FDDone, a shared
+	// ring on FDSteal.
+	for i, to := range []int{FDRegion, FDDone, FDSteal}[:len(fds)] {
 		if err := unix.Dup3(fds[i], to, 0); err != nil {
 			return err
 		}

@@ -140,6 +140,12 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 			return running
 		}
 		c.n = uint8(min(avail, uint64(g.width)))
+		if g.half {
+			// At most half of what waits (one call of two, two of three): an idle
+			// peer takes the rest, rather than a call waiting behind a slow one in
+			// this batch.
+			c.n = uint8(min(uint64(c.n), max(1, (avail+1)/2)))
+		}
 		if t+uint64(c.n) > MaxTicket {
 			c.pc = pcIdle
 			return exhausted

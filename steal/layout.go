@@ -69,7 +69,10 @@ type Config struct {
 	Discipline Discipline // zero: Ticket
 	// Width is the batch width: the most calls one claim takes. Dekker: the region width, a
 	// power of two with 32/Width ≥ Consumers+1. Ticket: 1..32. Zero: DefaultWidth.
-	Width  int
+	Width int
+	// Half makes a ticket claim take at most half of the calls waiting (rounded up), so
+	// that a call does not wait in one lane's batch while another lane is idle.
+	Half   bool
 	Inline int // inline payload bytes per slot (zero: fastpath.DefaultInline)
 	Arena  int // payload arena bytes (zero: fastpath.DefaultArena)
 }
@@ -178,6 +181,7 @@ type geom struct {
 	n     int // consumers
 	width int // batch width (ticket) or region width (dekker)
 	E     int // journal entries per consumer
+	half  bool
 }
 
 // Word ids: the step machines address shared words by id, so that the model check can run
@@ -321,7 +325,11 @@ type header struct {
 func writeHeader(b []byte, cfg Config, total int) {
 	le := binary.LittleEndian
 	le.PutUint32(b[offVersion:], version)
-	le.PutUint32(b[offDisc:], uint32(cfg.Discipline))
+	disc := uint32(cfg.Discipline)
+	if cfg.Half {
+		disc |= halfFlag
+	}
+	le.PutUint32(b[offDisc:], disc)
 	le.PutUint32(b[offCons:], uint32(cfg.Consumers))
 	le.PutUint32(b[offWidth:], uint32(cfg.Width))
 	le.PutUint32(b[offInline:], uint32(cfg.Inline))
@@ -329,6 +337,9 @@ func writeHeader(b []byte, cfg Config, total int) {
 	le.PutUint64(b[offTotal:], uint64(total))
 	shm.U32(b, offMagic).Store(magic) // last: a reader never sees a half-written header
 }
+
+// halfFlag marks Config.Half in the control block's discipline word.
+const halfFlag = 1 << 16
 
 // readHeader validates a mapping's control block; every field is hostile.
 func readHeader(b []byte) (header, error) {
@@ -342,8 +353,10 @@ func readHeader(b []byte) (header, error) {
 	if v := le.Uint32(b[offVersion:]); v != version {
 		return header{}, fmt.Errorf("%w: version %d, want %d", ErrLayout, v, version)
 	}
+	disc := le.Uint32(b[offDisc:])
 	cfg := Config{
-		Discipline: Discipline(le.Uint32(b[offDisc:])),
+		Discipline: Discipline(disc &^ halfFlag),
+		Half:       disc&halfFlag != 0,
 		Consumers:  int(min(le.Uint32(b[offCons:]), 1<<16)),
 		Width:      int(min(le.Uint32(b[offWidth:]), 1<<16)),
 		Inline:     int(min(le.Uint32(b[offInline:]), fastpath.MaxInline+1)),
@@ -361,5 +374,5 @@ func readHeader(b []byte) (header, error) {
 
 // geomOf returns the real geometry of a validated config.
 func geomOf(cfg Config) geom {
-	return geom{disc: cfg.Discipline, S: Slots, n: cfg.Consumers, width: cfg.Width, E: maxBatch}
+	return geom{disc: cfg.Discipline, S: Slots, n: cfg.Consumers, width: cfg.Width, E: maxBatch, half: cfg.Half}
 }

@@ -46,6 +46,7 @@ type mcfg struct {
 	// prefill publishes every call in one burst before anything else moves, so that full
 	// batches form without the host's interleavings multiplying the space.
 	prefill bool
+	half    bool // Config.Half
 }
 
 func (c mcfg) String() string {
@@ -55,6 +56,9 @@ func (c mcfg) String() string {
 	}
 	if c.prefill {
 		sv += "/prefill"
+	}
+	if c.half {
+		sv += "/half"
 	}
 	return fmt.Sprintf("%v/n=%d/w=%d/S=%d/calls=%d/victim=%d%s", c.disc, c.n, c.width, c.S, c.calls, c.victim, sv)
 }
@@ -110,7 +114,7 @@ type explorer struct {
 
 func newExplorer(cfg mcfg) *explorer {
 	e := &explorer{cfg: cfg, seed: maphash.MakeSeed(), seen: map[uint64]uint8{}}
-	e.g = geom{disc: cfg.disc, S: cfg.S, n: cfg.n, width: cfg.width, E: cfg.width}
+	e.g = geom{disc: cfg.disc, S: cfg.S, n: cfg.n, width: cfg.width, E: cfg.width, half: cfg.half}
 	if e.g.words() > mWords {
 		panic("model too large")
 	}
@@ -777,14 +781,14 @@ const EnvModel = "KNIT_MODEL"
 // and each has a spare region when 32 slots allow it.
 func modelGrid(mode string) []mcfg {
 	var grid []mcfg
-	prefill := false
+	prefill, half := false, false
 	ticket := func(n, calls int, widths ...int) {
 		seen := map[int]bool{}
 		for _, w := range widths {
 			w = min(w, calls)
 			if !seen[w] {
 				seen[w] = true
-				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: max(4, calls), calls: calls, victim: 0, prefill: prefill})
+				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: max(4, calls), calls: calls, victim: 0, prefill: prefill, half: half})
 			}
 		}
 	}
@@ -805,12 +809,19 @@ func modelGrid(mode string) []mcfg {
 		f()
 		prefill = false
 	}
+	// Ticket claims that take half of what waits (Config.Half, as pools use them).
+	halved := func(f func()) {
+		half = true
+		f()
+		half = false
+	}
 	all := []int{1, 2, 3, 4, 5, 6, 7, 8}
 	switch mode {
 	case "":
 		ticket(2, 2, all...)
 		ticket(3, 1, 1)
 		ticket(4, 1, 1)
+		halved(func() { ticket(2, 3, 8) })
 		dekker(2, 2, false, 2)
 		if !raceEnabled { // the race detector slows the explorer down several times
 			dekker(2, 2, true, 1)
@@ -821,6 +832,7 @@ func modelGrid(mode string) []mcfg {
 		ticket(2, 3, all...)
 		ticket(3, 2, all...)
 		ticket(4, 1, all...)
+		halved(func() { ticket(2, 3, all...); ticket(3, 2, 2, 8) })
 		dekker(2, 2, false, 1, 2, 4, 8)
 		dekker(2, 2, true, 2, 8)
 		dekker(2, 3, false, 4)
@@ -829,6 +841,7 @@ func modelGrid(mode string) []mcfg {
 		dekker(4, 1, false, 1, 8)
 		prefilled(func() {
 			ticket(2, 8, all...)
+			halved(func() { ticket(2, 8, 8) })
 			ticket(3, 4, 4)
 			ticket(4, 2, 2)
 			dekker(2, 4, false, 4)

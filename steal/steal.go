@@ -2,6 +2,7 @@ package steal
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
 
 	"go.uber.org/zap"
@@ -310,4 +311,58 @@ func (c *Consumer) mark(k, st int) {
 	e := int(c.order[k])
 	c.state[e] = uint8(st)
 	markEntry(&c.m, &c.r.g, c.id, e, c.cl.seqs[e], int(c.cl.slots[e]), st)
+}
+
+// Pending reports whether calls may be waiting to be claimed: two loads, no write, for a
+// lane's park check. Under Dekker it also reports calls claimed but not yet released, so a
+// lane may find nothing when it claims.
+func (c *Consumer) Pending() bool {
+	if c.r.g.disc == Ticket {
+		return c.m.load(idTail) != headTicket(c.m.load(idHead))
+	}
+	return c.m.load(idH) != c.m.load(idW)
+}
+
+// ID is the consumer's id.
+func (c *Consumer) ID() int { return c.id }
+
+// Holder names the consumer whose journal shows the call with sequence number seq started
+// and not finished (ok false: none does). It reads words the consumers write: a hint for
+// finding the lane that runs an overdue call, never what recovery relies on.
+func (p *Producer) Holder(seq uint64) (consumer int, ok bool) {
+	g := &p.r.g
+	for c := range g.n {
+		j := p.m.load(g.journal(c))
+		if j&3 != phaseCommitted {
+			continue
+		}
+		for k := range min(int(j>>2)&63, g.E) {
+			if e := p.m.load(g.entry(c, k)); e>>8 == seq && int(e&3) == entryStarted {
+				return c, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// Waiting is how many published calls no consumer has claimed yet (under Dekker, also
+// those claimed but not yet released): how many idle consumers the host should make sure
+// of. It reads shared words only.
+func (p *Producer) Waiting() int {
+	if p.r.g.disc == Ticket {
+		return int(min(p.m.load(idTail)-headTicket(p.m.load(idHead)), Slots))
+	}
+	return bits.OnesCount64(p.m.load(idH) ^ p.m.load(idW))
+}
+
+// Journal returns consumer c's journal words (its state and its entries), for diagnostics.
+func (p *Producer) Journal(c int) (state uint64, entries []uint64) {
+	g := &p.r.g
+	if c < 0 || c >= g.n {
+		return 0, nil
+	}
+	for k := range g.E {
+		entries = append(entries, p.m.load(g.entry(c, k)))
+	}
+	return p.m.load(g.journal(c)), entries
 }

@@ -1,0 +1,559 @@
+package knit
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/shm"
+	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/steal"
+)
+
+// sharedKey names the pool's shared submit ring in call records, in place of a lane key:
+// a call published there belongs to no lane until one claims it, and the host learns which
+// from the result (or, after a death, from the claim journal).
+const sharedKey int32 = -3
+
+// sharedAbortBase offsets the abort bits of calls on the shared ring, in slot headers and
+// records, from those of a lane's own ring: the lane looks them up in the pool-wide bitmap.
+const sharedAbortBase = lifecycle.SharedAbortBase
+
+// shared is the host side of a stealing pool's submit ring: the producer (under mu, shared
+// by every caller), its backlog, the pool-wide abort bits of its calls, and recovery of what
+// a dead lane had claimed. Each lane answers the calls it claims on its own return ring.
+type shared struct {
+	p      *Pool
+	mode   Steal
+	ring   *steal.Ring
+	mem    []byte          // the mapping: heap for goroutine lanes, mp's for process lanes
+	mp     *shm.Mapping    // process lanes: the sealed memfd every lane maps
+	aborts fastpath.Bitmap // process lanes: the abort bits of calls on the ring
+
+	mu         sync.Mutex
+	prod       *steal.Producer
+	backlog    []call // FIFO ring of calls beyond the 32 slots
+	head, n    int
+	space      chan struct{} // closed when the backlog frees room (BlockWhenFull)
+	closed     bool          // under mu: the pool stopped its lanes; nothing is published again
+	abortOwner []uint64      // under mu: the call holding each abort bit (abortOwner)
+	abortFree  []int32
+
+	queued   atomic.Int32 // len(backlog), readable without mu
+	inflight atomic.Int32 // calls on the ring or its backlog, or claimed and unsettled
+	waiters  atomic.Int32 // callers blocked on a shared call's result: every reaper must run
+	unmap    sync.Once
+
+	ids   []int                                    // under mu: free consumer ids
+	owner [steal.MaxConsumers]atomic.Pointer[lane] // the lane incarnation each id is
+}
+
+// stealMode is the discipline a pool of cfg steals with, or StealOff and why not.
+func stealMode(cfg Config) (Steal, string) {
+	m := cfg.Steal
+	switch {
+	case m == StealOff:
+		return StealOff, ""
+	case cfg.Lanes > steal.MaxConsumers:
+		return StealOff, fmt.Sprintf("%d lanes: at most %d share a submit ring", cfg.Lanes, steal.MaxConsumers)
+	case m != StealAuto:
+		return m, ""
+	case cfg.Lanes < 2:
+		return StealOff, "one lane"
+	case cfg.Balancer != LeastLoaded:
+		return StealOff, "a Balancer is set"
+	case cfg.Runtime == Process && laneSandbox(cfg) != nil:
+		return StealOff, "lanes are sandboxed: untrusted code shares no mapping with other lanes"
+	}
+	return StealTicket, ""
+}
+
+// checkSteal refuses what an explicit discipline cannot do.
+func checkSteal(cfg Config) error {
+	switch {
+	case cfg.Steal < StealAuto || cfg.Steal > StealDekker:
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
+	case cfg.Steal == StealDekker && (cfg.MaxCallsPerLane > 0 || cfg.Process.MaxLaneMemory > 0):
+		return &Error{Code: CodePoolUnavailable, Lane: -1,
+			Message: "StealDekker does not recycle lanes (its regions are sized for the lanes it starts with): use StealTicket"}
+	}
+	return nil
+}
+
+// newShared builds the shared submit ring of a stealing pool (nil, nil: the pool uses
+// private lanes).
+func newShared(p *Pool) (*shared, error) {
+	cfg := p.cfg
+	mode, why := stealMode(cfg)
+	if mode == StealOff {
+		// Asked for, or a pool too large for it: say why not. (A balancer, one lane or a
+		// sandbox chose private lanes on purpose.)
+		if why != "" && (cfg.Steal >= StealTicket || cfg.Lanes > steal.MaxConsumers) {
+			p.root.Named("steal").Info("work stealing off: private lanes", zap.String("reason", why))
+		}
+		return nil, nil
+	}
+	// Ticket takes every consumer id the ring can have, so that lanes added by Resize and
+	// a recycled lane's successor (which serves beside it) get ids of their own; its batch
+	// width follows the lanes the pool starts with. Dekker's regions are sized for its
+	// consumers: a Dekker pool neither grows nor recycles.
+	sc := steal.Config{Consumers: steal.MaxConsumers, Width: steal.DefaultWidth(cfg.Lanes), Half: true,
+		Discipline: steal.Ticket, Inline: cfg.Payload.Inline, Arena: 64}
+	if mode == StealDekker {
+		sc.Discipline, sc.Consumers, sc.Width = steal.Dekker, cfg.Lanes, 0
+	}
+	bits := 0
+	if cfg.Runtime == Process {
+		sc.Arena, bits = cfg.Payload.Arena, fastpath.DefaultAbortBits
+	}
+	size, err := steal.MappingSize(sc, bits)
+	if err != nil {
+		return nil, err
+	}
+	s := &shared{p: p, mode: mode, backlog: make([]call, cfg.Backlog), space: make(chan struct{})}
+	if cfg.Runtime == Process {
+		if s.mp, err = shm.CreateMemfd("knit-steal", size); err != nil {
+			return nil, &Error{Code: CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
+		}
+		s.mem = s.mp.Bytes()
+	} else {
+		s.mem = shm.Heap(size)
+	}
+	if s.ring, err = steal.New(s.mem, sc); err == nil && bits > 0 {
+		s.aborts, err = s.ring.Aborts(s.mem, bits)
+	}
+	if err != nil {
+		s.release()
+		return nil, err
+	}
+	s.prod = s.ring.Producer(p.root)
+	for i := range bits {
+		s.abortFree = append(s.abortFree, int32(bits-1-i))
+	}
+	s.abortOwner = make([]uint64, bits)
+	for c := sc.Consumers - 1; c >= 0; c-- {
+		s.ids = append(s.ids, c)
+	}
+	if ce := p.root.Named("steal").Check(zap.DebugLevel, "shared submit ring"); ce != nil {
+		ce.Write(zap.Stringer("discipline", mode), zap.Int("consumers", sc.Consumers),
+			zap.Int("width", s.ring.Config().Width), zap.Int("bytes", size))
+	}
+	return s, nil
+}
+
+// release unmaps a process pool's shared mapping, once every lane is gone.
+func (s *shared) release() {
+	if s.mp != nil {
+		s.unmap.Do(func() { _ = s.mp.Close() })
+	}
+}
+
+// join gives a starting lane incarnation a consumer id of its own (-1: none is free, and
+// the lane does not claim: Resize refuses more lanes than ids).
+func (s *shared) join(l *lane) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.ids)
+	if n == 0 {
+		return -1
+	}
+	c := s.ids[n-1]
+	s.ids = s.ids[:n-1]
+	s.prod.Activate(c) // its last holder, if any, was recovered before the id came back
+	s.owner[c].Store(l)
+	return c
+}
+
+// leave gives back the id of a lane incarnation that never started: it claimed nothing.
+func (s *shared) leave(l *lane) {
+	if l.cid < 0 {
+		return
+	}
+	s.mu.Lock()
+	s.owner[l.cid].Store(nil)
+	s.ids = append(s.ids, l.cid)
+	s.mu.Unlock()
+	l.cid = -1
+}
+
+// consumer is a goroutine lane's side of the ring (nil: no id was free).
+func (s *shared) consumer(l *lane) (*steal.Consumer, error) {
+	if l.cid = s.join(l); l.cid < 0 {
+		return nil, nil
+	}
+	return s.ring.Consumer(l.cid, l.p.root)
+}
+
+// submit publishes c on the ring, or queues it in the backlog.
+func (s *shared) submit(c call) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	if s.n == 0 {
+		if slot, ok := s.prod.Reserve(); ok {
+			s.accept(&c)
+			if s.publish(slot, c) {
+				s.prod.Flush()
+				s.mu.Unlock()
+				s.wake()
+				return nil
+			}
+			s.enqueue(c)
+			s.mu.Unlock()
+			return nil
+		}
+	}
+	if s.n == len(s.backlog) {
+		space := s.space
+		s.mu.Unlock()
+		return &backlogFull{space: space}
+	}
+	s.accept(&c)
+	s.enqueue(c)
+	// Lanes may have claimed every slot and settled their last result between the failed
+	// Reserve and the enqueue, and found no backlog to flush then: look again (as in
+	// lane.submit; enqueue's store of queued pairs with the drainer's load).
+	moved := s.flushLocked()
+	s.mu.Unlock()
+	if moved {
+		s.wake()
+	}
+	return nil
+}
+
+// accept counts c as on the ring and gives a cancellable call of a process pool a
+// pool-wide abort bit. Called with mu held.
+func (s *shared) accept(c *call) {
+	c.lane.Store(sharedKey)
+	if s.aborts.Len() > 0 {
+		bit := int32(-1) // none: the record may hold its last call's bit
+		if n := len(s.abortFree); n > 0 && c.done != nil {
+			bit = s.abortFree[n-1]
+			s.abortFree = s.abortFree[:n-1]
+			s.abortOwner[bit] = abortOwner(c.def.Index(), c.id)
+			select {
+			case <-c.done: // the caller gave up while the call looked for a lane (see lane.accept)
+				s.raiseLocked(bit)
+			default:
+			}
+			bit += sharedAbortBase
+		}
+		c.abort.Store(bit)
+	}
+	s.inflight.Add(1)
+}
+
+func (s *shared) enqueue(c call) {
+	c.seq.Store(0)
+	s.backlog[(s.head+s.n)%len(s.backlog)] = c
+	s.n++
+	s.queued.Swap(int32(s.n)) // a full barrier before the flush's reload of the consumer word
+}
+
+// publish writes c into a reserved slot and stages it; false: the arena has no room now.
+// Called with mu held.
+func (s *shared) publish(slot int, c call) bool {
+	buf, err := s.prod.Put(slot, len(c.payload))
+	if err != nil {
+		s.prod.Release(slot)
+		return false
+	}
+	copy(buf, c.payload)
+	h := s.prod.Slot(slot)
+	h.SetFn(c.def.Index())
+	h.SetCall(c.id, c.gen)
+	h.SetAbort(uint32(c.abort.Load() + 1))
+	h.SetDeadline(c.deadline)
+	c.seq.Store(s.prod.Stage(slot))
+	return true
+}
+
+// flush moves backlog calls into slots the lanes have freed.
+func (s *shared) flush() {
+	s.mu.Lock()
+	moved := s.flushLocked()
+	s.mu.Unlock()
+	if moved {
+		s.wake()
+	}
+}
+
+func (s *shared) flushLocked() bool {
+	if s.closed {
+		return false
+	}
+	moved := 0
+	for s.n > 0 {
+		slot, ok := s.prod.Reserve()
+		if !ok || !s.publish(slot, s.backlog[s.head]) {
+			break
+		}
+		s.backlog[s.head] = call{}
+		s.head = (s.head + 1) % len(s.backlog)
+		s.n--
+		moved++
+	}
+	s.prod.Flush()
+	s.queued.Store(int32(s.n))
+	if moved > 0 && s.p.cfg.BlockWhenFull {
+		close(s.space)
+		s.space = make(chan struct{})
+	}
+	return moved > 0
+}
+
+// wake makes sure enough lanes will claim what waits on the ring: a lane awake and looking
+// for work counts, and so does one that was rung and has not run yet; parked lanes are rung,
+// lowest first, until there are as many as calls waiting (so that, as with LeastLoaded,
+// lane 0 takes calls one at a time while the others stay parked). A busy lane claims again
+// once its calls are done.
+func (s *shared) wake() {
+	p := s.p
+	want := max(s.prod.Waiting(), 1)
+	for i := range p.laneCount() {
+		if l := p.slots[i].cur.Load(); l != nil && l.cid >= 0 && l.state.Load() == laneReady && l.offer() {
+			if want--; want == 0 {
+				return
+			}
+		}
+	}
+}
+
+// offer reports whether lane l will claim a call just published: it is awake and not
+// busy, or was woken and has not run yet, or it was parked and this rang it. A process
+// lane's region is read under its mu, which guards it against unmapping.
+func (l *lane) offer() bool {
+	if l.proc != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.unmapped {
+			return false
+		}
+	}
+	if awake, woken := l.wake.Awake(); awake {
+		return woken || !fastpath.Busy(l.region.Running().Load())
+	}
+	return l.wake.Ring(l.laneBell)
+}
+
+// needReaper and doneWaiting: a caller blocked on a shared call's result needs every
+// reaper of a process pool to run, as it cannot know which lane will answer.
+func (s *shared) needReaper() {
+	if s.p.reaped && s.waiters.Add(1) == 1 {
+		s.p.kickReapers()
+	}
+}
+
+func (s *shared) drained() bool { return s.p.reaped }
+
+func (s *shared) crowded() {
+	if s.p.reaped && s.inflight.Load() > fastpath.Slots {
+		s.p.kickReapers()
+	}
+}
+
+func (s *shared) doneWaiting() {
+	if s.p.reaped {
+		s.waiters.Add(-1)
+	}
+}
+
+// settled follows a result of a shared call: one call fewer in flight (never below zero: a
+// call failed after a corrupt journal may still be answered).
+func (s *shared) settled() {
+	for {
+		n := s.inflight.Load()
+		if n <= 0 || s.inflight.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// raiseAbort sets a shared call's abort bit (offset by sharedAbortBase) if it still belongs
+// to the call, and pokes every lane's abort watcher: any of them may run it.
+func (s *shared) raiseAbort(bit int32, fn, id uint32) {
+	bit -= sharedAbortBase
+	s.mu.Lock()
+	ok := bit >= 0 && int(bit) < len(s.abortOwner) && s.abortOwner[bit] == abortOwner(fn, id)
+	if ok {
+		s.raiseLocked(bit)
+	}
+	s.mu.Unlock()
+}
+
+func (s *shared) raiseLocked(bit int32) {
+	s.aborts.Set(int(bit))
+	p := s.p
+	for i := range p.laneCount() {
+		if l := p.slots[i].cur.Load(); l != nil {
+			l.pokeAborts()
+		}
+	}
+}
+
+// freeAbort returns a settled shared call's abort bit (offset by sharedAbortBase); a bit
+// the call does not hold means the lane that answered broke the protocol.
+func (s *shared) freeAbort(bit int32, fn, id uint32) error {
+	b := bit - sharedAbortBase
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b < 0 || int(b) >= len(s.abortOwner) || s.abortOwner[b] != abortOwner(fn, id) {
+		return fmt.Errorf("%w: shared abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
+	}
+	s.abortOwner[b] = 0
+	s.aborts.Clear(int(b))
+	s.abortFree = append(s.abortFree, b)
+	return nil
+}
+
+// holder is the lane running the shared call published as seq, as its journal says (nil:
+// none says so).
+func (s *shared) holder(seq uint64) *lane {
+	s.mu.Lock()
+	c, ok := s.prod.Holder(seq)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return s.owner[c].Load()
+}
+
+// recover settles exactly the shared calls lane l held when it died, from its claim
+// journal: those it had claimed and provably not started run again; those it had started
+// run again if Idempotent (once), else fail with e, as on a private lane. release is false
+// for an abandoned goroutine lane, which may still run: its calls all fail and their
+// records are never reused. A journal that breaks the protocol (a lane scribbled over the
+// mapping) leaves unknown which calls it held: every call on the ring then fails, and a
+// result that still comes for one settles nothing.
+func (s *shared) recover(l *lane, e *Error, release bool) {
+	if l.cid < 0 {
+		return
+	}
+	s.mu.Lock()
+	rec, err := s.prod.Recover(l.cid)
+	s.owner[l.cid].Store(nil)
+	if release { // an abandoned goroutine keeps its id: it might still write its journal
+		s.ids = append(s.ids, l.cid)
+	}
+	s.mu.Unlock()
+	held := func(seq uint64, abort int32) (bool, bool) {
+		i := slices.IndexFunc(rec.Fresh, func(c steal.Call) bool { return c.Seq == seq })
+		j := slices.IndexFunc(rec.Started, func(c steal.Call) bool { return c.Seq == seq })
+		if i < 0 && j < 0 {
+			return false, false
+		}
+		if abort >= sharedAbortBase { // the call gives its bit back: it gets a new one if it runs again
+			s.mu.Lock()
+			if b := abort - sharedAbortBase; int(b) < len(s.abortOwner) && s.abortOwner[b] != 0 {
+				s.abortOwner[b] = 0
+				s.aborts.Clear(int(b))
+				s.abortFree = append(s.abortFree, b)
+			}
+			s.mu.Unlock()
+		}
+		return true, j >= 0
+	}
+	end := actors.LaneEnd{Owner: s.p.id, Lane: sharedKey, Release: release, Requeue: s.p.requeue, Shared: held,
+		Err: laneEndError(l, e)}
+	if err != nil {
+		ce := *e
+		ce.Message = "the shared submit ring's claim journal of lane " + fmt.Sprint(l.idx) + " is corrupt"
+		ce.Cause = err
+		end.Err = laneEndError(l, &ce)
+		end.Keep, end.Requeue = true, nil
+		end.Shared = func(seq uint64, _ int32) (bool, bool) { return seq != 0, true }
+	}
+	n := 0
+	for _, d := range s.p.defs {
+		n += d.FailLane(end)
+	}
+	for range n {
+		s.settled()
+	}
+	if n > 0 || rec.Retired != 0 || err != nil {
+		l.debugTo(s.p.root.Named("steal"), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
+			zap.Int("started", len(rec.Started)), zap.Int("calls_settled", n), zap.Error(err))
+	}
+	if s.queued.Load() > 0 { // recovery retired the slots the lane held
+		s.flush()
+	}
+	s.p.callDone()
+}
+
+// close fails every call still on the ring or its backlog once the pool has stopped its
+// lanes (or given them all up): no lane will claim them.
+func (s *shared) close(e *Error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	clear(s.backlog) // the backlog's calls name the ring in their records: they fail below
+	s.head, s.n = 0, 0
+	s.queued.Store(0)
+	close(s.space)
+	s.mu.Unlock()
+	end := actors.LaneEnd{Owner: s.p.id, Lane: sharedKey, Release: true,
+		Shared: func(uint64, int32) (bool, bool) { return true, false },
+		Err:    func(bool, bool) error { return e }}
+	n := 0
+	for _, d := range s.p.defs {
+		n += d.FailLane(end)
+	}
+	for range n {
+		s.settled()
+	}
+	s.p.callDone()
+}
+
+// laneEndError is how a call a lane held fails when the lane ends with e.
+func laneEndError(l *lane, e *Error) func(started, poison bool) error {
+	return func(started, poison bool) error {
+		if poison {
+			return &Error{Code: CodePoisonCall, Lane: l.idx, Started: true,
+				Message: "the call was running on two lanes that died: it is not run again", Cause: e}
+		}
+		ce := *e
+		ce.Started = started
+		return &ce
+	}
+}
+
+// pokeAborts wakes a process lane's abort watcher to look at the shared abort bits.
+func (l *lane) pokeAborts() {
+	if l.proc == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unmapped {
+		return
+	}
+	l.region.AbortWake().Add(1)
+	_, _ = futex.Wake(l.region.AbortWake(), 1)
+}
+
+var errNotShared = errors.New("result of a shared call in a pool without work stealing")
+
+// checkResize refuses a size a stealing pool cannot take.
+func (s *shared) checkResize(n int) error {
+	switch {
+	case s.mode == StealDekker:
+		return &Error{Code: CodePoolUnavailable, Lane: -1,
+			Message: "a StealDekker pool cannot be resized (its regions are sized for the lanes it starts with)"}
+	case n > steal.MaxConsumers:
+		return &Error{Code: CodePoolUnavailable, Lane: -1,
+			Message: fmt.Sprintf("%d lanes: a stealing pool has at most %d (Config.Steal: StealOff for more)", n, steal.MaxConsumers)}
+	}
+	return nil
+}

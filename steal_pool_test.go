@@ -1,0 +1,275 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/knitgo/knit"
+)
+
+var (
+	// holdPID writes its lane's PID into the file named, then waits for its context.
+	holdPID = knit.Define("test.steal.hold", func(ctx context.Context, file string) (int, error) {
+		if err := os.WriteFile(file, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			return 0, err
+		}
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	// holdOnce is holdPID for an Idempotent task that holds only the first time: run again
+	// (its file exists), it answers at once.
+	holdOnce = knit.Define("test.steal.holdonce", func(ctx context.Context, file string) (int, error) {
+		if _, err := os.Stat(file); err == nil {
+			return 7, nil
+		}
+		if err := os.WriteFile(file, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			return 0, err
+		}
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}, knit.Idempotent())
+)
+
+var stealTasks = []knit.Definition{add, holdPID, holdOnce, sleepy}
+
+// Which pools steal: 2 to 31 lanes by default, with the default balancer and no sandbox.
+func TestStealModeChosen(t *testing.T) {
+	cases := []struct {
+		cfg  knit.Config
+		want knit.Steal
+	}{
+		{knit.Config{Lanes: 2}, knit.StealTicket},
+		{knit.Config{Lanes: 1}, knit.StealOff},
+		{knit.Config{Lanes: 2, Balancer: knit.RoundRobin}, knit.StealOff},
+		{knit.Config{Lanes: 2, Steal: knit.StealOff}, knit.StealOff},
+		{knit.Config{Lanes: 1, Steal: knit.StealTicket}, knit.StealTicket},
+		{knit.Config{Lanes: 3, Steal: knit.StealDekker}, knit.StealDekker},
+		{knit.Config{Lanes: 2, Balancer: knit.Random, Steal: knit.StealTicket}, knit.StealTicket},
+		{knit.Config{Lanes: 32}, knit.StealOff},
+		{knit.Config{Lanes: 32, Steal: knit.StealTicket}, knit.StealOff},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%d/%v/%v", c.cfg.Lanes, c.cfg.Steal, c.cfg.Balancer), func(t *testing.T) {
+			c.cfg.Logger = quiet()
+			p, err := knit.NewPool(c.cfg, add)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			if got := p.Stats().Steal; got != c.want {
+				t.Errorf("Stats.Steal = %v, want %v", got, c.want)
+			}
+			if v, err := add.Call(context.Background(), p, [2]int64{2, 3}); err != nil || v != 5 {
+				t.Errorf("add: %d, %v", v, err)
+			}
+		})
+	}
+	if _, err := knit.NewPool(knit.Config{Lanes: 2, Steal: knit.StealDekker, MaxCallsPerLane: 10, Logger: quiet()}, add); err == nil {
+		t.Error("a recycling StealDekker pool was accepted")
+	}
+}
+
+// With one lane busy on a call that does not end, every other call runs on the free lane,
+// whichever lane the busy call went to, on both runtimes; the lanes' Claimed counters
+// account for every call. (Ticket only: a Dekker claim takes every call waiting in its
+// region, so a call published with the blocking one may wait behind it.)
+func TestStealFreeLaneTakesCalls(t *testing.T) {
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		for _, mode := range []knit.Steal{knit.StealTicket} {
+			t.Run(rt.String()+"/"+mode.String(), func(t *testing.T) {
+				p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: rt, Steal: mode, Logger: quiet()}, stealTasks...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer p.Close(context.Background())
+				ctx, cancel := context.WithCancel(context.Background())
+				held := sleepy.Go(ctx, p, 0)
+				for i := range 200 {
+					if v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || v != int64(i)+1 {
+						t.Fatalf("add %d: %d, %v", i, v, err)
+					}
+				}
+				cancel()
+				if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
+					t.Errorf("held call: %v", err)
+				}
+				var claimed uint64
+				for _, l := range p.Stats().Lanes {
+					claimed += l.Claimed
+				}
+				if claimed < 200 { // the cancelled call's answer may come later
+					t.Errorf("lanes claimed %d calls, want every add (200) at least", claimed)
+				}
+			})
+		}
+	}
+}
+
+// A lane killed while it runs a call from the shared ring: that call fails as started
+// (WORKER_CRASHED), or runs again on another lane if its task is Idempotent; the calls
+// waiting on the ring and on the other lane go on, and the lane's successor claims again.
+func TestStealLaneDeathSettlesItsCalls(t *testing.T) {
+	for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+		for _, idem := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/idempotent=%v", mode, idem), func(t *testing.T) {
+				rec := newRecorder()
+				p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Steal: mode, Logger: quiet(),
+					OnEvent: rec.record, Restart: eager}, stealTasks...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer p.Close(context.Background())
+				file := filepath.Join(t.TempDir(), "pid")
+				task := holdPID
+				if idem {
+					task = holdOnce
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				held := task.Go(ctx, p, file)
+				pid := awaitPID(t, file)
+				var adds []*knit.Future[int64]
+				for i := range 64 {
+					adds = append(adds, add.Go(ctx, p, [2]int64{int64(i), 1000}))
+				}
+				mark := rec.mark()
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				v, err := held.Wait()
+				var ke *knit.Error
+				switch {
+				case idem && (err != nil || v != 7):
+					t.Errorf("idempotent held call: %d, %v; want 7 from a second run", v, err)
+				case !idem && !(errors.As(err, &ke) && ke.Code == knit.CodeWorkerCrashed && ke.Started):
+					t.Errorf("held call: %v, want WORKER_CRASHED, started", err)
+				}
+				for i, a := range adds {
+					if v, err := a.Wait(); err != nil || v != int64(i)+1000 {
+						t.Errorf("add %d: %d, %v", i, v, err)
+					}
+				}
+				rec.awaitFrom(t, mark, "the killed lane restarts", func(e knit.Event) bool { return e.To == knit.StateReady })
+				if mode == knit.StealDekker {
+					return // its claims may take the add below with the blocking call
+				}
+				// Both lanes claim again: a call that holds one leaves the other free.
+				ctx2, cancel2 := context.WithCancel(context.Background())
+				h2 := sleepy.Go(ctx2, p, 0)
+				for i := range 32 {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					v, err := add.Call(ctx, p, [2]int64{int64(i), 1})
+					cancel()
+					if err != nil || v != int64(i)+1 {
+						t.Fatalf("add after restart %d: %d, %v; %+v", i, v, err, p.Stats())
+					}
+				}
+				cancel2()
+				_, _ = h2.Wait()
+			})
+		}
+	}
+}
+
+// A caller that gives up on a call from the shared ring interrupts the task through the
+// pool-wide abort bits, wherever it runs.
+func TestStealCancelReachesTask(t *testing.T) {
+	p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Steal: knit.StealTicket, Logger: quiet()}, stealTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	for i := range 4 {
+		file := filepath.Join(t.TempDir(), "pid")
+		ctx, cancel := context.WithCancel(context.Background())
+		f := holdPID.Go(ctx, p, file)
+		awaitPID(t, file)
+		cancel()
+		if _, err := f.Wait(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	// The interrupted tasks returned: both lanes are free again.
+	for i := range 16 {
+		stuck := time.AfterFunc(20*time.Second, func() { t.Logf("add %d stuck: %s", i, knit.StealState(p)) })
+		v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1})
+		stuck.Stop()
+		if err != nil || v != int64(i)+1 {
+			t.Fatalf("add %d: %d, %v; %s", i, v, err, knit.StealState(p))
+		}
+	}
+}
+
+// Close settles what is still on the shared ring with THREAD_CLOSED, and a stealing pool
+// refuses more lanes than a ring can serve.
+func TestStealCloseAndResize(t *testing.T) {
+	p, err := knit.NewPool(knit.Config{Lanes: 2, Steal: knit.StealTicket, Logger: quiet(), StopAckTimeout: time.Second}, stealTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Resize(context.Background(), 40); err == nil {
+		t.Error("a stealing pool grew to 40 lanes")
+	}
+	if err := p.Resize(context.Background(), 3); err != nil {
+		t.Fatalf("Resize to 3: %v", err)
+	}
+	for i := range 32 {
+		if v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || v != int64(i)+1 {
+			t.Fatalf("add on 3 lanes %d: %d, %v", i, v, err)
+		}
+	}
+	if err := p.Resize(context.Background(), 2); err != nil {
+		t.Fatalf("Resize to 2: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	hold, release := context.WithCancel(context.Background())
+	defer release() // the abandoned lane goroutines' tasks return
+	var held []*knit.Future[int]
+	for range 2 {
+		held = append(held, sleepy.Go(hold, p, 0)) // the lanes: busy until stopped
+	}
+	queued := add.Go(context.Background(), p, [2]int64{1, 1})
+	_ = p.Close(ctx)
+	release()
+	for _, f := range append(held, nil) {
+		var err error
+		if f != nil {
+			_, err = f.Wait()
+		} else {
+			_, err = queued.Wait()
+		}
+		if err == nil {
+			continue // the queued add may have run before the lanes were taken
+		}
+		var ke *knit.Error
+		if !errors.As(err, &ke) || ke.Code != knit.CodeThreadClosed {
+			t.Errorf("after Close: %v, want THREAD_CLOSED", err)
+		}
+	}
+}
+
+// awaitPID reads the PID a task wrote into file, polling the file until it appears.
+func awaitPID(t *testing.T, file string) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(file); err == nil && len(b) > 0 {
+			pid, err := strconv.Atoi(string(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("no PID in %s", file)
+	return 0
+}
