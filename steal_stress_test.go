@@ -211,9 +211,9 @@ func dumpGoroutines(t *testing.T) {
 	t.Logf("goroutines:\n%s", buf.String())
 }
 
-// settleWithin runs f and fails t with a goroutine dump if it has not returned within d (the
+// stressWithin runs f and fails t with a goroutine dump if it has not returned within d (the
 // per-call deadlines should have settled every call long before).
-func settleWithin(t *testing.T, d time.Duration, f func()) {
+func stressWithin(t *testing.T, d time.Duration, f func()) {
 	t.Helper()
 	finished := make(chan struct{})
 	go func() { defer close(finished); f() }()
@@ -255,7 +255,7 @@ func TestStealStress(t *testing.T) {
 				var stuck atomic.Bool
 				returned := make([]atomic.Uint32, n)
 				start := time.Now()
-				settleWithin(t, stressDeadline()+time.Minute, func() {
+				stressWithin(t, stressDeadline()+time.Minute, func() {
 					drive(ctx, p, file, n, func(id int) bool { return id%2 == 0 }, func(id, got int, err error) {
 						returned[id].Add(1)
 						if err == nil && got == stressResult(id) {
