@@ -77,10 +77,7 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	l.region = region
 	pl := &procLane{child: &child{pid: noProcess}, ready: make(chan struct{}), exited: make(chan struct{}), gone: make(chan struct{})}
 	close(pl.ready)
-	for i := range layout.AbortBits {
-		pl.abortFree = append(pl.abortFree, int32(layout.AbortBits-1-i))
-	}
-	pl.abortOwner = make([]uint64, layout.AbortBits)
+	pl.aborts = newAbortBits(layout.AbortBits)
 	l.proc = pl
 	l.req, l.ret = region.Requests().Producer(), region.Returns().Consumer()
 	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()

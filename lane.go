@@ -221,7 +221,7 @@ func (l *lane) accept(c *call) {
 	if l.proc != nil {
 		bit := int32(-1)
 		if c.done != nil {
-			bit = l.proc.allocAbort(c.def.Index(), c.id)
+			bit = l.proc.aborts.alloc(c.def.Index(), c.id)
 			select {
 			case <-c.done:
 				// The caller gave up while the call looked for a lane (a Go future's

@@ -41,9 +41,7 @@ type procLane struct {
 	killMu sync.Mutex
 	killed lifecycle.Exit // why the host killed it, if it did
 
-	// abort bits, under lane.mu: owner[bit] names the call holding the bit (abortOwner).
-	abortOwner []uint64
-	abortFree  []int32
+	aborts abortBits // under lane.mu
 
 	final fastpath.StatsSnapshot // counters at the end, once the region is unmapped
 }
@@ -75,10 +73,7 @@ func (l *lane) startProcess() error {
 		pl.mp.Close()
 		return l.startErr("eventfd: %v", err)
 	}
-	for i := range layout.AbortBits {
-		pl.abortFree = append(pl.abortFree, int32(layout.AbortBits-1-i))
-	}
-	pl.abortOwner = make([]uint64, layout.AbortBits)
+	pl.aborts = newAbortBits(layout.AbortBits)
 	l.proc = pl
 	l.req, l.ret = l.region.Requests().Producer(), l.region.Returns().Consumer()
 	l.wake, l.done = l.region.LaneWake(), l.region.Returns().Completion()
@@ -463,28 +458,12 @@ func (l *lane) endError() *Error {
 	return l.endErr
 }
 
-// allocAbort gives a cancellable call an abort bit (-1 when all are taken: the call can
-// then be settled by its caller but not interrupted in the lane). Called with mu held.
-func (pl *procLane) allocAbort(fn, id uint32) int32 {
-	n := len(pl.abortFree)
-	if n == 0 {
-		return -1
-	}
-	bit := pl.abortFree[n-1]
-	pl.abortFree = pl.abortFree[:n-1]
-	pl.abortOwner[bit] = abortOwner(fn, id)
-	return bit
-}
-
-// abortOwner names a call by task and record: record ids are per task.
-func abortOwner(fn, id uint32) uint64 { return uint64(fn)<<32 | uint64(id) + 1 }
-
 // raiseAbort sets a call's abort bit and rings the lane's abort doorbell, if the bit still
 // belongs to the call.
 func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.proc == nil || l.unmapped || bit < 0 || int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != abortOwner(fn, id) {
+	if l.proc == nil || l.unmapped || !l.proc.aborts.holds(bit, fn, id) {
 		return
 	}
 	l.raiseAbortLocked(bit)
@@ -506,12 +485,11 @@ func (l *lane) raiseAbortLocked(bit int32) {
 func (l *lane) freeAbort(bit int32, fn, id uint32) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if int(bit) >= len(l.proc.abortOwner) || l.proc.abortOwner[bit] != abortOwner(fn, id) {
+	if !l.proc.aborts.holds(bit, fn, id) {
 		return fmt.Errorf("%w: abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
 	}
-	l.proc.abortOwner[bit] = 0
+	l.proc.aborts.release(bit)
 	l.region.Aborts().Clear(int(bit))
-	l.proc.abortFree = append(l.proc.abortFree, bit)
 	return nil
 }
 

@@ -37,14 +37,13 @@ type shared struct {
 	mp     *shm.Mapping    // process lanes: the sealed memfd every lane maps
 	aborts fastpath.Bitmap // process lanes: the abort bits of calls on the ring
 
-	mu         sync.Mutex
-	prod       *steal.Producer
-	backlog    []call // FIFO ring of calls beyond the 32 slots
-	head, n    int
-	space      chan struct{} // closed when the backlog frees room (BlockWhenFull)
-	closed     bool          // under mu: the pool stopped its lanes; nothing is published again
-	abortOwner []uint64      // under mu: the call holding each abort bit (abortOwner)
-	abortFree  []int32
+	mu        sync.Mutex
+	prod      *steal.Producer
+	backlog   []call // FIFO ring of calls beyond the 32 slots
+	head, n   int
+	space     chan struct{} // closed when the backlog frees room (BlockWhenFull)
+	closed    bool          // under mu: the pool stopped its lanes; nothing is published again
+	abortBits abortBits     // under mu: who holds which bit of aborts
 
 	queued   atomic.Int32 // len(backlog), readable without mu
 	inflight atomic.Int32 // calls on the ring or its backlog, or claimed and unsettled
@@ -107,7 +106,7 @@ func newShared(p *Pool) (*shared, error) {
 	sc := steal.Config{Consumers: steal.MaxConsumers, Width: steal.DefaultWidth(cfg.Lanes), Half: true,
 		Discipline: steal.Ticket, Inline: cfg.Payload.Inline, Arena: 64}
 	if mode == StealDekker {
-		sc.Discipline, sc.Consumers, sc.Width = steal.Dekker, cfg.Lanes, 0
+		sc.Discipline, sc.Consumers, sc.Width = steal.Dekker, cfg.Lanes, 0 // Half stays
 	}
 	bits := 0
 	if cfg.Runtime == Process {
@@ -134,10 +133,7 @@ func newShared(p *Pool) (*shared, error) {
 		return nil, err
 	}
 	s.prod = s.ring.Producer(p.root)
-	for i := range bits {
-		s.abortFree = append(s.abortFree, int32(bits-1-i))
-	}
-	s.abortOwner = make([]uint64, bits)
+	s.abortBits = newAbortBits(bits)
 	for c := sc.Consumers - 1; c >= 0; c-- {
 		s.ids = append(s.ids, c)
 	}
@@ -194,8 +190,14 @@ func (s *shared) consumer(l *lane) (*steal.Consumer, error) {
 // submit publishes c on the ring, or queues it in the backlog.
 func (s *shared) submit(c call) error {
 	s.mu.Lock()
-	if s.closed {
+	// Count the call before looking at closing, as Close sets closing before it looks at
+	// what is in flight: either Close waits for this call, or the call sees Close and
+	// goes no further (else it could be published after the lanes stopped claiming).
+	s.inflight.Add(1)
+	if s.closed || s.p.closing.Load() {
+		s.inflight.Add(-1)
 		s.mu.Unlock()
+		s.p.callDone()
 		return errClosed
 	}
 	if s.n == 0 {
@@ -214,7 +216,9 @@ func (s *shared) submit(c call) error {
 	}
 	if s.n == len(s.backlog) {
 		space := s.space
+		s.inflight.Add(-1)
 		s.mu.Unlock()
+		s.p.callDone()
 		return &backlogFull{space: space}
 	}
 	s.accept(&c)
@@ -230,16 +234,16 @@ func (s *shared) submit(c call) error {
 	return nil
 }
 
-// accept counts c as on the ring and gives a cancellable call of a process pool a
-// pool-wide abort bit. Called with mu held.
+// accept marks c as on the ring (submit has counted it) and gives a cancellable call of a
+// process pool a pool-wide abort bit. Called with mu held.
 func (s *shared) accept(c *call) {
 	c.lane.Store(sharedKey)
 	if s.aborts.Len() > 0 {
 		bit := int32(-1) // none: the record may hold its last call's bit
-		if n := len(s.abortFree); n > 0 && c.done != nil {
-			bit = s.abortFree[n-1]
-			s.abortFree = s.abortFree[:n-1]
-			s.abortOwner[bit] = abortOwner(c.def.Index(), c.id)
+		if c.done != nil {
+			bit = s.abortBits.alloc(c.def.Index(), c.id)
+		}
+		if bit >= 0 {
 			select {
 			case <-c.done: // the caller gave up while the call looked for a lane (see lane.accept)
 				s.raiseLocked(bit)
@@ -249,7 +253,6 @@ func (s *shared) accept(c *call) {
 		}
 		c.abort.Store(bit)
 	}
-	s.inflight.Add(1)
 }
 
 func (s *shared) enqueue(c call) {
@@ -383,8 +386,7 @@ func (s *shared) settled() {
 func (s *shared) raiseAbort(bit int32, fn, id uint32) {
 	bit -= sharedAbortBase
 	s.mu.Lock()
-	ok := bit >= 0 && int(bit) < len(s.abortOwner) && s.abortOwner[bit] == abortOwner(fn, id)
-	if ok {
+	if s.abortBits.holds(bit, fn, id) {
 		s.raiseLocked(bit)
 	}
 	s.mu.Unlock()
@@ -406,12 +408,11 @@ func (s *shared) freeAbort(bit int32, fn, id uint32) error {
 	b := bit - sharedAbortBase
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b < 0 || int(b) >= len(s.abortOwner) || s.abortOwner[b] != abortOwner(fn, id) {
+	if !s.abortBits.holds(b, fn, id) {
 		return fmt.Errorf("%w: shared abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
 	}
-	s.abortOwner[b] = 0
+	s.abortBits.release(b)
 	s.aborts.Clear(int(b))
-	s.abortFree = append(s.abortFree, b)
 	return nil
 }
 
@@ -453,10 +454,8 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 		}
 		if abort >= sharedAbortBase { // the call gives its bit back: it gets a new one if it runs again
 			s.mu.Lock()
-			if b := abort - sharedAbortBase; int(b) < len(s.abortOwner) && s.abortOwner[b] != 0 {
-				s.abortOwner[b] = 0
+			if b := abort - sharedAbortBase; s.abortBits.release(b) {
 				s.aborts.Clear(int(b))
-				s.abortFree = append(s.abortFree, b)
 			}
 			s.mu.Unlock()
 		}

@@ -298,8 +298,10 @@ func (c *Consumer) Slot(i int) Slot { return c.slots[i] }
 
 // Payload returns slot i's payload bytes, in shared memory: copy or decode them before the
 // slot is retired. A tag, offset or length outside the layout gives ErrCorrupt.
-func (c *Consumer) Payload(i int) ([]byte, error) {
-	s := c.slots[i]
+func (c *Consumer) Payload(i int) ([]byte, error) { return c.r.payload(i, c.slots[i]) }
+
+// payload is slot i's payload bytes (s is the slot), validated against the ring's layout.
+func (r Ring) payload(i int, s Slot) ([]byte, error) {
 	tag, off, n := s.u32(hTag), s.u32(hOff), s.u32(hLen)
 	switch tag {
 	case TagNone:
@@ -311,13 +313,13 @@ func (c *Consumer) Payload(i int) ([]byte, error) {
 			return s.b[hData : hData+int(n) : hData+int(n)], nil
 		}
 	case TagInline:
-		if n <= uint32(c.r.inline) {
+		if n <= uint32(r.inline) {
 			return s.b[HeaderBytes : HeaderBytes+int(n) : HeaderBytes+int(n)], nil
 		}
 	case TagArena:
 		end := uint64(off) + uint64(n)
-		if off%line == 0 && end <= uint64(len(c.r.arena)) {
-			return c.r.arena[off:end:end], nil
+		if off%line == 0 && end <= uint64(len(r.arena)) {
+			return r.arena[off:end:end], nil
 		}
 	}
 	return nil, fmt.Errorf("%w: slot %d tag %d offset %d length %d", ErrCorrupt, i, tag, off, n)

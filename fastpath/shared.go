@@ -42,7 +42,4 @@ func (r Ring) Slot(i int) Slot { return r.slot(i) }
 
 // Payload is Consumer.Payload for a consumer that is not the ring's Consumer: slot i's
 // payload bytes, validated against the layout (ErrCorrupt otherwise).
-func (r Ring) Payload(i int) ([]byte, error) {
-	c := Consumer{r: r}
-	return c.Payload(i)
-}
+func (r Ring) Payload(i int) ([]byte, error) { return r.payload(i, r.slot(i)) }

@@ -334,6 +334,12 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 			c.pc = dWithdraw
 			return running
 		}
+		if g.half { // at most half of the region's calls (rounded up): a peer takes the rest
+			n := bits.OnesCount32(c.take)
+			for range n / 2 {
+				c.take &^= 1 << (31 - bits.LeadingZeros32(c.take))
+			}
+		}
 		c.n = uint8(bits.OnesCount32(c.take))
 		c.i = 0
 		c.pc = dUncommit

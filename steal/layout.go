@@ -70,8 +70,9 @@ type Config struct {
 	// Width is the batch width: the most calls one claim takes. Dekker: the region width, a
 	// power of two with 32/Width ≥ Consumers+1. Ticket: 1..32. Zero: DefaultWidth.
 	Width int
-	// Half makes a ticket claim take at most half of the calls waiting (rounded up), so
-	// that a call does not wait in one lane's batch while another lane is idle.
+	// Half makes a claim take at most half of the calls waiting (under Dekker, in its
+	// region), rounded up, so that a call does not wait in one lane's batch while another
+	// lane is idle.
 	Half   bool
 	Inline int // inline payload bytes per slot (zero: fastpath.DefaultInline)
 	Arena  int // payload arena bytes (zero: fastpath.DefaultArena)
@@ -214,6 +215,10 @@ type mem struct {
 	ring  fastpath.Ring
 	h, w  *atomic.Uint32 // the ring's producer and consumer words
 	off   []uint32       // per word id: byte offset << 3 | kind
+	// The words themselves, resolved once: a claim touches a dozen, and each shm view
+	// costs a bounds check and a conversion.
+	w32 []*atomic.Uint32
+	w64 []*atomic.Uint64
 }
 
 const (
@@ -245,6 +250,15 @@ func newMem(b []byte, ring fastpath.Ring, g *geom) mem {
 			m.off[g.entry(c, k)] = uint32(jo+c*journalLen+line+8*k)<<3 | kind64
 		}
 	}
+	m.w32, m.w64 = make([]*atomic.Uint32, len(m.off)), make([]*atomic.Uint64, len(m.off))
+	for id, e := range m.off {
+		switch e & 7 {
+		case kind32:
+			m.w32[id] = shm.U32(b, int(e>>3))
+		case kind64:
+			m.w64[id] = shm.U64(b, int(e>>3))
+		}
+	}
 	return m
 }
 
@@ -259,9 +273,9 @@ func (m *mem) load(id int) uint64 {
 	case kindW:
 		return uint64(m.w.Load())
 	case kind32:
-		return uint64(shm.U32(m.b, int(e>>3)).Load())
+		return uint64(m.w32[id].Load())
 	case kind64:
-		return shm.U64(m.b, int(e>>3)).Load()
+		return m.w64[id].Load()
 	}
 	return m.ring.Slot(int(e >> 3)).Seq()
 }
@@ -280,9 +294,9 @@ func (m *mem) store(id int, v uint64) {
 	case kind32:
 		// A Swap, not a Store: a WANT raise must not let the following loads pass it
 		// (StoreLoad), and the race runtime implements atomic stores as release stores.
-		shm.U32(m.b, int(e>>3)).Swap(uint32(v))
+		m.w32[id].Swap(uint32(v))
 	case kind64:
-		shm.U64(m.b, int(e>>3)).Store(v)
+		m.w64[id].Store(v)
 	default:
 		m.ring.Slot(int(e >> 3)).SetSeq(v)
 	}
@@ -297,7 +311,7 @@ func (m *mem) cas(id int, old, new uint64) bool {
 		m.model[id] = new
 		return true
 	}
-	return shm.U64(m.b, int(m.off[id]>>3)).CompareAndSwap(old, new)
+	return m.w64[id].CompareAndSwap(old, new)
 }
 
 // flip XORs v into a 32-bit word (the consumer word): several consumers retire disjoint

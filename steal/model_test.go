@@ -799,7 +799,7 @@ func modelGrid(mode string) []mcfg {
 				regions = n
 			}
 			for v := range n {
-				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey, prefill: prefill})
+				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey, prefill: prefill, half: half})
 			}
 		}
 	}
@@ -821,7 +821,7 @@ func modelGrid(mode string) []mcfg {
 		ticket(2, 2, all...)
 		ticket(3, 1, 1)
 		ticket(4, 1, 1)
-		halved(func() { ticket(2, 3, 8) })
+		halved(func() { ticket(2, 3, 8); dekker(2, 2, false, 2) })
 		dekker(2, 2, false, 2)
 		if !raceEnabled { // the race detector slows the explorer down several times
 			dekker(2, 2, true, 1)
@@ -832,7 +832,7 @@ func modelGrid(mode string) []mcfg {
 		ticket(2, 3, all...)
 		ticket(3, 2, all...)
 		ticket(4, 1, all...)
-		halved(func() { ticket(2, 3, all...); ticket(3, 2, 2, 8) })
+		halved(func() { ticket(2, 3, all...); ticket(3, 2, 2, 8); dekker(2, 3, false, 4); dekker(3, 2, false, 2) })
 		dekker(2, 2, false, 1, 2, 4, 8)
 		dekker(2, 2, true, 2, 8)
 		dekker(2, 3, false, 4)
@@ -841,7 +841,7 @@ func modelGrid(mode string) []mcfg {
 		dekker(4, 1, false, 1, 8)
 		prefilled(func() {
 			ticket(2, 8, all...)
-			halved(func() { ticket(2, 8, 8) })
+			halved(func() { ticket(2, 8, 8); dekker(2, 4, false, 4) })
 			ticket(3, 4, 4)
 			ticket(4, 2, 2)
 			dekker(2, 4, false, 4)
