@@ -63,6 +63,14 @@ type rowMeta struct {
 	// Window is the number of calls in flight for the window, goroutines
 	// and pipelined shapes.
 	Window int `json:"window,omitempty"`
+	// Workload is the task mix of the stealing rows (workloadSkewed or
+	// workloadUniform); "" for every other row (knitInc, or a peer's
+	// equivalent).
+	Workload string `json:"workload,omitempty"`
+	// Dispatch is how a stealing row's pool dispatches calls (dispatch*
+	// keys: a steal discipline, or private lanes and their balancer); ""
+	// for every other row (knit rows with the default Config).
+	Dispatch string `json:"dispatch,omitempty"`
 }
 
 // Implementations named in rowMeta.Impl.
@@ -110,6 +118,11 @@ type result struct {
 	Err         string  `json:"error,omitempty"`
 	// Idle is set for the idle rows (shapeIdle), which have no ns/op.
 	Idle *idleResult `json:"idle,omitempty"`
+	// FastP50Ns and FastP99Ns are the latency percentiles of the fast
+	// calls of a skewed row (workloadSkewed), over FastCalls samples.
+	FastP50Ns float64 `json:"fast_p50_ns,omitempty"`
+	FastP99Ns float64 `json:"fast_p99_ns,omitempty"`
+	FastCalls int     `json:"fast_calls,omitempty"`
 }
 
 // failure keeps the first error reported by a benchmark body. testing.B
@@ -175,6 +188,7 @@ func runScenario(s scenario) (res result) {
 	}()
 
 	takeFailure()
+	takeFastLatency()
 	runtime.GC()
 	br := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
@@ -196,6 +210,9 @@ func runScenario(s scenario) (res result) {
 	res.CallsPerSec = 1e9 / res.NsPerOp
 	res.AllocsPerOp = float64(br.MemAllocs) / float64(br.N)
 	res.BytesPerOp = float64(br.MemBytes) / float64(br.N)
+	if p50, p99, n, ok := takeFastLatency(); ok {
+		res.FastP50Ns, res.FastP99Ns, res.FastCalls = p50, p99, n
+	}
 	return res
 }
 
@@ -209,6 +226,7 @@ func allScenarios() []scenario {
 	all = append(all, processScenarios()...)
 	all = append(all, knitScenarios()...)
 	all = append(all, knitSweepScenarios()...)
+	all = append(all, stealScenarios()...)
 	return all
 }
 

@@ -91,8 +91,9 @@ type knitPool struct {
 
 const knitStallAfter = 3 * time.Second
 
-func newKnitPool(cfg knit.Config) (*knitPool, error) {
-	p, err := knit.NewPool(cfg, knitInc)
+// newKnitPool starts a pool serving knitInc and the extra tasks.
+func newKnitPool(cfg knit.Config, extra ...knit.Definition) (*knitPool, error) {
+	p, err := knit.NewPool(cfg, append([]knit.Definition{knitInc}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -212,6 +212,7 @@ func output(rep report, opts options, stdout, stderr io.Writer) int {
 		}
 	} else {
 		writeTable(stdout, rep.Meta, rep.Results)
+		writeFastLatency(stdout, rep.Results)
 		writeTargets(stdout, rep.Targets)
 	}
 	if opts.plots != "" {

@@ -42,6 +42,7 @@ const (
 	unitCallsPerSec = "calls/s"
 	unitPercent     = "% of a core"
 	unitAllocs      = "allocs/op"
+	unitFastP99     = "fast-call p99 ns"
 )
 
 // allocsNoise is the allocs/op under which a knit row counts as
@@ -53,11 +54,19 @@ const allocsNoise = 0.01
 // rowSet looks rows up by their rowMeta.
 type rowSet []result
 
-// find returns the first measured row with this meta, or nil.
+// find returns the first measured row with this meta and the default
+// dispatch and workload (not a stealing row), or nil.
 func (rs rowSet) find(impl, shape string, lanes, window int) *result {
+	return rs.findDispatch(impl, shape, lanes, window, "", "")
+}
+
+// findDispatch is find for the stealing rows: the first measured row with
+// this meta, workload and dispatch, or nil.
+func (rs rowSet) findDispatch(impl, shape string, lanes, window int, workload, dispatch string) *result {
 	for i := range rs {
 		r := &rs[i]
-		if r.Impl == impl && r.Shape == shape && r.Lanes == lanes && r.Window == window && measured(r) {
+		if r.Impl == impl && r.Shape == shape && r.Lanes == lanes && r.Window == window &&
+			r.Workload == workload && r.Dispatch == dispatch && measured(r) {
 			return r
 		}
 	}
@@ -131,6 +140,7 @@ func computeTargets(results []result) []targetResult {
 	}
 	ts = append(ts, idleTarget(rs.find(implKnitProcess, shapeIdle, knitIdleLanes, 0)))
 	ts = append(ts, allocsTarget(rs, shapeRoundTrip), allocsTarget(rs, shapeGoroutines))
+	ts = append(ts, stealTargets(rs)...)
 	return ts
 }
 
@@ -151,8 +161,11 @@ func ratioTarget(desc string, a, b *result, unit, op string, limit float64, aNam
 }
 
 func figure(r *result, unit string) float64 {
-	if unit == unitCallsPerSec {
+	switch unit {
+	case unitCallsPerSec:
 		return r.CallsPerSec
+	case unitFastP99:
+		return r.FastP99Ns
 	}
 	return r.NsPerOp
 }
@@ -232,7 +245,7 @@ func allocsTarget(rs rowSet, shape string) targetResult {
 	var worst *result
 	for i := range rs {
 		r := &rs[i]
-		if (r.Impl == implKnitProcess || r.Impl == implKnitGoroutine) && r.Shape == shape && measured(r) {
+		if (r.Impl == implKnitProcess || r.Impl == implKnitGoroutine) && r.Shape == shape && r.Dispatch == "" && measured(r) {
 			if worst == nil || r.AllocsPerOp > worst.AllocsPerOp {
 				worst = r
 			}
@@ -269,7 +282,7 @@ func judge(v float64, op string, limit float64) string {
 
 // writeTargets prints the targets table.
 func writeTargets(w io.Writer, ts []targetResult) {
-	fmt.Fprintln(w, "\nTargets (issue 9), each from rows of this run:")
+	fmt.Fprintln(w, "\nTargets (issues 9 and 13), each from rows of this run:")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| target | figure | against | ratio | goal | result |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- | --- |")
@@ -301,7 +314,7 @@ func writeTargets(w io.Writer, ts []targetResult) {
 
 func fmtValue(v float64, unit string) string {
 	switch unit {
-	case unitNs:
+	case unitNs, unitFastP99:
 		return fmtLatency(v)
 	case unitCallsPerSec:
 		return fmtSI(v) + "/s"

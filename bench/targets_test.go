@@ -12,13 +12,21 @@ import (
 )
 
 // syntheticResults gives every classified row of the harness the same
-// figures: 1µs per call, no allocations, an idle pool at 0.5% of a core.
+// figures: 1µs per call, no allocations, an idle pool at 0.5% of a core;
+// the skewed rows' fast calls a p99 of 1ms on private lanes and 100µs with
+// stealing.
 func syntheticResults() []result {
 	var rs []result
 	for _, s := range allScenarios() {
 		r := result{Name: s.name, rowMeta: s.meta, InFlight: s.inFlight, N: 1000, NsPerOp: 1000, CallsPerSec: 1e6}
 		if s.meta.Shape == shapeIdle {
 			r = result{Name: s.name, rowMeta: s.meta, Idle: &idleResult{WindowNs: 1e9, CPUPercent: 0.5, HostPercent: 0.25, LanesPercent: 0.25, Source: "schedstat"}}
+		}
+		if s.meta.Workload == workloadSkewed {
+			r.FastP50Ns, r.FastP99Ns, r.FastCalls = 10e3, 1e6, 900
+			if strings.HasPrefix(s.meta.Dispatch, "steal-") {
+				r.FastP99Ns = 100e3
+			}
 		}
 		rs = append(rs, r)
 	}
@@ -40,8 +48,8 @@ func targetStatus(t *testing.T, ts []targetResult) map[string]targetResult {
 func TestTargets(t *testing.T) {
 	results := syntheticResults()
 	ts := computeTargets(results)
-	if len(ts) != 14 {
-		t.Fatalf("%d targets, want 14", len(ts))
+	if len(ts) != 30 {
+		t.Fatalf("%d targets, want 30", len(ts))
 	}
 	for _, tg := range ts {
 		want := "PASS"
@@ -68,6 +76,14 @@ func TestTargets(t *testing.T) {
 			r.AllocsPerOp = 3
 		case r.Impl == implShmSpin:
 			r.Err = "boom"
+		case r.Impl == implKnitGoroutine && r.Dispatch == dispatchTicket && r.Workload == workloadSkewed && r.Shape == shapeCallers:
+			r.FastP99Ns = 500e3 // only 2× better than private lanes
+		case r.Impl == implKnitGoroutine && r.Dispatch == dispatchDekker && r.Workload == workloadUniform && r.Shape == shapeWindow:
+			r.CallsPerSec, r.NsPerOp = 0.8e6, 1250 // 20% slower than private lanes
+		case r.Impl == implKnitProcess && r.Dispatch == dispatchRoundRobin && r.Workload == workloadUniform && r.Shape == shapeRoundTrip:
+			r.Err = "boom"
+		case r.Impl == implKnitProcess && r.Dispatch == "private-random" && r.Workload == workloadUniform && r.Shape == shapeWindow:
+			r.CallsPerSec, r.NsPerOp = 2e6, 500 // the best private balancer
 		}
 	}
 	m := targetStatus(t, computeTargets(results))
@@ -91,6 +107,13 @@ func TestTargets(t *testing.T) {
 	check("knit allocs per Call, largest over the 1024 goroutines", "FAIL", "knit process, 2 lanes: 1024 goroutines calling")
 	check("knit allocs per Call, largest over the sequential", "PASS", "")
 	check("process lane sequential Call ÷ shm spin", "n/a", "shm spin child: round trip")
+	check("goroutine lanes, free lane (skewed, 3 callers): fast-call p99, steal Ticket ÷ steal off, LeastLoaded", "FAIL", "")
+	check("goroutine lanes, free lane (skewed, 3 callers): fast-call p99, steal Ticket ÷ steal off, RoundRobin", "FAIL", "")
+	check("goroutine lanes, free lane (skewed, 3 callers): fast-call p99, steal Dekker ÷ steal off, RoundRobin", "PASS", "")
+	check("goroutine lanes, uniform, window 1024: steal Dekker ÷ best", "FAIL", "best private: knit goroutine, 4 lanes, steal off, LeastLoaded: uniform, window 1024")
+	check("goroutine lanes, uniform, window 1024: steal Ticket ÷ best", "PASS", "")
+	check("process lanes, uniform, window 1024: steal Ticket ÷ best", "FAIL", "best private: knit process, 4 lanes, steal off, Random: uniform, window 1024")
+	check("process lanes, uniform, sequential Call: steal Dekker ÷ best", "n/a", "steal off, RoundRobin: uniform, sequential Call")
 
 	var buf bytes.Buffer
 	writeTargets(&buf, computeTargets(results))
@@ -130,7 +153,7 @@ func TestPlotFrom(t *testing.T) {
 		if code := run([]string{"-plot-from", file, "-plots", plots, "-plot-format", format}, &stdout, &stderr); code != 0 {
 			t.Fatalf("-plot-from exited %d: %s", code, stderr.String())
 		}
-		if !strings.Contains(stdout.String(), "| scenario | ns/op |") || !strings.Contains(stdout.String(), "Targets (issue 9)") {
+		if !strings.Contains(stdout.String(), "| scenario | ns/op |") || !strings.Contains(stdout.String(), "Targets (issues 9 and 13)") {
 			t.Fatalf("-plot-from output lacks the tables:\n%s", stdout.String())
 		}
 		for _, name := range []string{"latency-vs-lanes", "throughput-vs-lanes", "throughput-vs-window"} {

@@ -1,0 +1,469 @@
+package knit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit"
+)
+
+// Stress for work stealing (issue 13, docs/stealing.md "Benchmarks and stress"): many calls
+// over 4 lanes of each runtime with each steal discipline, and SIGKILLs of process lanes in
+// the middle. The tests assert what must hold whatever the dispatch — exactly-once results
+// and executions without deaths; with deaths, every call settles, Idempotent calls succeed,
+// and a call runs again only after a lane died under it — so they also run, and pass, with
+// private lanes (StealOff).
+//
+// Sizes: KNIT_STRESS=full runs 250,000 calls per pool: 1,000,000 over the four stealing
+// pools (Ticket and Dekker, 4 process lanes and 4 goroutine lanes), plus the two private
+// pools; the chaos test then makes 100,000 calls per pool with 10 kills. By default (and
+// with -short, and under -race, where lanes are race-built processes too) the counts are
+// scaled down so that the package's race run stays short.
+
+// stressCall is one call of the stress tests. ID indexes the run counters in the file Runs
+// (mapped by the test and by each lane process, so the test sees every execution, whichever
+// lane ran it); a Slow call blocks its lane for stressSlow, so lanes fall behind one another
+// and idle lanes have calls to take.
+type stressCall struct {
+	ID   int
+	Runs string
+	Slow bool
+}
+
+const stressSlow = 200 * time.Microsecond
+
+var (
+	stressOnce = knit.Define("test.steal.once", stressRun)
+	stressIdem = knit.Define("test.steal.idem", stressRun, knit.Idempotent())
+)
+
+// stressCounters maps a counters file path to its mapping: the test stores its own before
+// the pool starts (goroutine lanes run in the test process); a lane process maps the file
+// on its first call.
+var stressCounters sync.Map // string → []atomic.Uint32
+
+// stressResult is what call id must return.
+func stressResult(id int) int { return 3*id + 1 }
+
+func stressRun(_ context.Context, c stressCall) (int, error) {
+	v, ok := stressCounters.Load(c.Runs)
+	if !ok {
+		runs, _, err := mapCounters(c.Runs)
+		if err != nil {
+			return 0, err
+		}
+		v, _ = stressCounters.LoadOrStore(c.Runs, runs)
+	}
+	runs := v.([]atomic.Uint32)
+	if c.ID < 0 || c.ID >= len(runs) {
+		return 0, fmt.Errorf("call id %d out of range", c.ID)
+	}
+	runs[c.ID].Add(1)
+	if c.Slow {
+		time.Sleep(stressSlow)
+	}
+	return stressResult(c.ID), nil
+}
+
+// mapCounters maps the counters file at path shared.
+func mapCounters(path string) ([]atomic.Uint32, []byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, nil, err
+	}
+	return unsafe.Slice((*atomic.Uint32)(unsafe.Pointer(&mem[0])), len(mem)/4), mem, nil
+}
+
+// newCounters creates a counters file for n calls under t's temporary directory, maps it and
+// registers it for the goroutine lanes; the cleanup unregisters and unmaps it (after the
+// pool's Close, which a cleanup registered later runs first).
+func newCounters(t *testing.T, n int) (path string, runs []atomic.Uint32) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "runs")
+	if err := os.WriteFile(path, make([]byte, 4*n), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runs, mem, err := mapCounters(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stressCounters.Store(path, runs)
+	t.Cleanup(func() {
+		stressCounters.Delete(path)
+		_ = syscall.Munmap(mem)
+	})
+	return path, runs
+}
+
+// stressModes are the dispatch modes every stress test runs.
+var stressModes = []knit.Steal{knit.StealTicket, knit.StealDekker, knit.StealOff}
+
+// stealWired says whether the pool reports the dispatch it uses: Stats.Steal is StealOff,
+// StealTicket or StealDekker once pools honour Config.Steal (issue 13's integration), and
+// its zero value, StealAuto, before. Until then the tests check only what holds for every
+// dispatch.
+func stealWired(st knit.Stats) bool { return st.Steal != knit.StealAuto }
+
+// stressCount is the number of calls per pool: full is KNIT_STRESS=full's.
+func stressCount(full, normal, short, race int) int {
+	switch {
+	case os.Getenv("KNIT_STRESS") == "full":
+		return full
+	case raceEnabled:
+		return race
+	case testing.Short():
+		return short
+	}
+	return normal
+}
+
+// stressDeadline bounds every call of a stress test: a call still unsettled then is a bug
+// (a lost call), reported with a goroutine dump rather than as a hung test.
+func stressDeadline() time.Duration {
+	if raceEnabled || os.Getenv("KNIT_STRESS") == "full" {
+		return 10 * time.Minute
+	}
+	return 3 * time.Minute
+}
+
+// drive makes calls 0..n-1 on p from sequential callers and from callers keeping a window of
+// futures, with ctx bounding each call, and hands each outcome to check (from many
+// goroutines). Call id is Slow when id%50 == 7, Idempotent when idem(id).
+func drive(ctx context.Context, p *knit.Pool, file string, n int, idem func(int) bool,
+	check func(id int, got int, err error), progress func(done int64)) {
+	var next, done atomic.Int64
+	task := func(id int) *knit.Task[stressCall, int] {
+		if idem(id) {
+			return stressIdem
+		}
+		return stressOnce
+	}
+	call := func(id int) stressCall { return stressCall{ID: id, Runs: file, Slow: id%50 == 7} }
+	finish := func(id, got int, err error) {
+		check(id, got, err)
+		if progress != nil {
+			progress(done.Add(1))
+		}
+	}
+	const sequential, windowed, window = 12, 4, 64
+	var wg sync.WaitGroup
+	for range sequential {
+		wg.Go(func() {
+			for id := int(next.Add(1) - 1); id < n; id = int(next.Add(1) - 1) {
+				got, err := task(id).Call(ctx, p, call(id))
+				finish(id, got, err)
+			}
+		})
+	}
+	for range windowed {
+		wg.Go(func() {
+			type pending struct {
+				id int
+				f  *knit.Future[int]
+			}
+			var ring []pending
+			for {
+				if id := int(next.Add(1) - 1); id < n {
+					ring = append(ring, pending{id, task(id).Go(ctx, p, call(id))})
+					if len(ring) < window {
+						continue
+					}
+				}
+				if len(ring) == 0 {
+					return
+				}
+				got, err := ring[0].f.Wait()
+				finish(ring[0].id, got, err)
+				ring = ring[1:]
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// dumpGoroutines logs every goroutine's stack (a stuck call's story).
+func dumpGoroutines(t *testing.T) {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2)
+	t.Logf("goroutines:\n%s", buf.String())
+}
+
+// stressWithin runs f and fails t with a goroutine dump if it has not returned within d (the
+// per-call deadlines should have settled every call long before).
+func stressWithin(t *testing.T, d time.Duration, f func()) {
+	t.Helper()
+	finished := make(chan struct{})
+	go func() { defer close(finished); f() }()
+	select {
+	case <-finished:
+	case <-time.After(d):
+		dumpGoroutines(t)
+		t.Fatalf("calls still unsettled %v after the start, past their deadline", d)
+	}
+}
+
+// sumClaimed is the calls the pool's lanes took from the shared submit ring.
+func sumClaimed(p *knit.Pool) (n uint64) {
+	for _, l := range p.Stats().Lanes {
+		n += l.Claimed
+	}
+	return n
+}
+
+// 1,000,000 calls (KNIT_STRESS=full) over 4 stealing process lanes and 4 stealing goroutine
+// lanes, 250,000 per pool and discipline, from sequential callers and windows of futures,
+// 1 call in 50 blocking its lane for a moment: every call returns its own result and runs
+// exactly once. The private pools (StealOff) run the same calls.
+func TestStealStress(t *testing.T) {
+	n := stressCount(250_000, 40_000, 8_000, 10_000)
+	for _, rt := range []knit.Runtime{knit.Process, knit.Goroutine} {
+		for _, mode := range stressModes {
+			t.Run(fmt.Sprintf("%v/%v", rt, mode), func(t *testing.T) {
+				file, counters := newCounters(t, n)
+				p, err := knit.NewPool(knit.Config{Lanes: 4, Runtime: rt, Steal: mode, Logger: zap.NewNop()}, stressOnce, stressIdem)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = p.Close(context.Background()) })
+				ctx, cancel := context.WithTimeout(context.Background(), stressDeadline())
+				defer cancel()
+				var bad atomic.Int64
+				var first atomic.Value
+				var stuck atomic.Bool
+				returned := make([]atomic.Uint32, n)
+				start := time.Now()
+				stressWithin(t, stressDeadline()+time.Minute, func() {
+					drive(ctx, p, file, n, func(id int) bool { return id%2 == 0 }, func(id, got int, err error) {
+						returned[id].Add(1)
+						if err == nil && got == stressResult(id) {
+							return
+						}
+						bad.Add(1)
+						if errors.Is(err, context.DeadlineExceeded) {
+							stuck.Store(true)
+						}
+						first.CompareAndSwap(nil, fmt.Sprintf("call %d: got %d, %v; want %d", id, got, err, stressResult(id)))
+					}, nil)
+				})
+				elapsed := time.Since(start)
+				if stuck.Load() {
+					dumpGoroutines(t)
+				}
+				if b := bad.Load(); b > 0 {
+					t.Fatalf("%d calls failed or returned a wrong result; first: %v", b, first.Load())
+				}
+				for id := range n {
+					if r, c := counters[id].Load(), returned[id].Load(); r != 1 || c != 1 {
+						t.Fatalf("call %d ran %d times and returned %d times, want once", id, r, c)
+					}
+				}
+				st := p.Stats()
+				claimed := sumClaimed(p)
+				t.Logf("%d calls in %v (%.0f calls/s); Stats.Steal %v, claimed from the shared ring %d",
+					n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), st.Steal, claimed)
+				switch {
+				case mode == knit.StealOff && (claimed != 0 || stealWired(st) && st.Steal != knit.StealOff):
+					t.Errorf("private lanes: Stats.Steal %v, %d calls claimed from a shared ring", st.Steal, claimed)
+				case mode != knit.StealOff && stealWired(st) && (st.Steal != mode || claimed == 0):
+					t.Errorf("Steal %v: Stats.Steal %v, %d calls claimed from the shared ring", mode, st.Steal, claimed)
+				}
+			})
+		}
+	}
+}
+
+// Chaos over 4 stealing process lanes: process lanes are SIGKILLed at random while half the
+// calls (the Idempotent ones) may run again and half may not. Every call settles (a
+// deadline bounds each, and a goroutine dump explains any that does not); every Idempotent
+// call succeeds; a non-Idempotent call runs at most once, and fails only if it had started
+// on a lane that died; and a call runs again only because a lane died while running it.
+//
+// What is provable from outside: a lane runs one call at a time, so each lane death
+// interrupts at most one started, unsettled call, which is then either failed (not
+// Idempotent) or run again (Idempotent) — calls it had claimed but not started go to
+// another lane without having run. Hence, summed over all calls, the extra runs plus the
+// failed non-Idempotent calls are at most the number of lane deaths. (The counter is
+// bumped when the task starts, so a call killed between its start and that increment ran
+// "0 times" there: the bound still holds.)
+func TestStealChaos(t *testing.T) {
+	n := stressCount(100_000, 24_000, 6_000, 4_000)
+	kills := stressCount(10, 10, 4, 4)
+	for _, mode := range stressModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			file, counters := newCounters(t, n)
+			var deaths atomic.Int64
+			var readyMu sync.Mutex
+			ready := sync.NewCond(&readyMu)
+			p, err := knit.NewPool(knit.Config{Lanes: 4, Runtime: knit.Process, Steal: mode, Logger: zap.NewNop(),
+				Restart: knit.Restart{MaxRestarts: -1, Backoff: knit.Backoff{Min: time.Millisecond, Max: 10 * time.Millisecond}},
+				OnEvent: func(e knit.Event) {
+					if e.Lane >= 0 && (e.To == knit.StateCrashed || e.To == knit.StateExited) {
+						deaths.Add(1)
+					}
+					readyMu.Lock()
+					ready.Broadcast()
+					readyMu.Unlock()
+				}}, stressOnce, stressIdem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close(context.Background()) })
+			pids := map[int]bool{}
+			var pidMu sync.Mutex
+			notePIDs := func() {
+				pidMu.Lock()
+				defer pidMu.Unlock()
+				for _, l := range p.Stats().Lanes {
+					if l.PID > 0 {
+						pids[l.PID] = true
+					}
+				}
+			}
+			notePIDs()
+
+			idem := func(id int) bool { return id%2 == 0 }
+			var failedOnce, bad atomic.Int64
+			var first atomic.Value
+			var stuck atomic.Bool
+			failed := make([]atomic.Bool, n)
+			killAt := make(chan struct{}, kills)
+			every := int64(n / (kills + 1))
+			ctx, cancel := context.WithTimeout(context.Background(), stressDeadline())
+			defer cancel()
+			finished := make(chan struct{})
+			go func() {
+				defer close(finished)
+				drive(ctx, p, file, n, idem, func(id, got int, err error) {
+					var ke *knit.Error
+					var what string
+					switch {
+					case err == nil && got == stressResult(id):
+						return
+					case err == nil:
+						what = fmt.Sprintf("returned %d, want %d", got, stressResult(id))
+					case errors.Is(err, context.DeadlineExceeded):
+						stuck.Store(true)
+						what = fmt.Sprintf("did not settle: %v", err)
+					case idem(id):
+						what = fmt.Sprintf("Idempotent call failed: %v", err)
+					case !errors.As(err, &ke):
+						what = fmt.Sprintf("uncoded error %v", err)
+					case !ke.Started:
+						what = fmt.Sprintf("failed although it had not started: %v", err)
+					default:
+						failed[id].Store(true)
+						failedOnce.Add(1)
+						return
+					}
+					bad.Add(1)
+					first.CompareAndSwap(nil, fmt.Sprintf("call %d %s", id, what))
+				}, func(done int64) {
+					if done%every == 0 {
+						select {
+						case killAt <- struct{}{}:
+						default:
+						}
+					}
+				})
+			}()
+			// The per-call deadline settles every call well before giveUp, unless a call is
+			// lost for good: then the goroutine dump shows where it is.
+			giveUp := time.NewTimer(stressDeadline() + time.Minute)
+			defer giveUp.Stop()
+			killed := 0
+			for loop := true; loop; {
+				select {
+				case <-killAt:
+					if killed == kills {
+						continue
+					}
+					notePIDs()
+					lanes := p.Stats().Lanes
+					if l := lanes[rand.N(len(lanes))]; l.PID > 0 && l.State == knit.StateReady {
+						if err := syscall.Kill(l.PID, syscall.SIGKILL); err == nil {
+							killed++
+						}
+					}
+				case <-finished:
+					loop = false
+				case <-giveUp.C:
+					dumpGoroutines(t)
+					t.Fatalf("calls still unsettled %v after the start, past their deadline", stressDeadline()+time.Minute)
+				}
+			}
+			if stuck.Load() {
+				dumpGoroutines(t)
+			}
+			if b := bad.Load(); b > 0 {
+				t.Fatalf("%d calls broke the rules; first: %v", b, first.Load())
+			}
+			extra := 0
+			for id := range n {
+				r := int(counters[id].Load())
+				switch {
+				case !idem(id) && r > 1:
+					t.Errorf("non-Idempotent call %d ran %d times", id, r)
+				case !failed[id].Load() && r < 1:
+					t.Errorf("call %d succeeded but never ran", id)
+				case r > 1:
+					extra += r - 1
+				}
+			}
+			// The pool serves on every lane again; then every death has been an event.
+			readyMu.Lock()
+			for !allReady(p) {
+				ready.Wait()
+			}
+			readyMu.Unlock()
+			for i := range 64 {
+				if got, err := stressOnce.Call(context.Background(), p, stressCall{ID: i, Runs: file}); err != nil || got != stressResult(i) {
+					t.Errorf("call after the chaos: %d, %v", got, err)
+				}
+			}
+			notePIDs()
+			// Every kill is a death (a killed lane was ready); a lane killed last may still
+			// be seen ready before its end is an event, so the kills count too.
+			d := max(deaths.Load(), int64(killed))
+			t.Logf("%d calls, %d kills, %d lane deaths, %d Idempotent re-runs, %d non-Idempotent calls failed; Stats.Steal %v",
+				n, killed, deaths.Load(), extra, failedOnce.Load(), p.Stats().Steal)
+			if killed == 0 {
+				t.Fatal("no lane was killed")
+			}
+			if int64(extra)+failedOnce.Load() > d {
+				t.Errorf("%d re-runs and %d failed calls for %d lane deaths: more than the calls that were running",
+					extra, failedOnce.Load(), d)
+			}
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			for pid := range pids {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+					t.Errorf("lane process %d still exists after Close", pid)
+				}
+			}
+		})
+	}
+}
