@@ -68,10 +68,11 @@ type Steal int
 
 // Steal modes.
 const (
-	// StealAuto (the default) steals, with StealTicket, in pools of 2 to 31 lanes whose
-	// Balancer is the default and whose process lanes are not sandboxed (a sandbox means
-	// untrusted code, which must not share a mapping with other lanes); other pools use
-	// private lanes.
+	// StealAuto (the default) is knit's choice: private lanes for now, because stealing
+	// still costs uniform calls more than it gains (docs/benchmarks.md, "Work stealing").
+	// When it turns on it will steal only in pools of 2 to 31 lanes whose Balancer is the
+	// default and whose process lanes are not sandboxed (untrusted code must not share a
+	// mapping with other lanes).
 	StealAuto Steal = iota
 	// StealOff sends every call to one lane's private ring, chosen by the Balancer.
 	StealOff
@@ -193,11 +194,11 @@ type Config struct {
 	// incarnation finishes the calls it holds and stops. It is a trigger, not a cap: a lane
 	// takes the calls that reach it while its replacement boots. docs/lifecycle.md.
 	MaxCallsPerLane int
-	// Steal has idle lanes take calls from a shared submit ring, so that a fast call never
-	// waits behind a slow one while another lane is free (default StealAuto: on for 2 to 31
-	// lanes with the default Balancer; StealOff for private lanes). Each lane still answers
-	// on its own return ring, and when a lane dies the calls it had claimed settle exactly as
-	// on private lanes (docs/stealing.md).
+	// Steal has idle lanes take calls from a shared submit ring (StealTicket, StealDekker),
+	// so that no call waits on a busy lane's ring while another lane is free. Each lane still
+	// answers on its own return ring, and when a lane dies the calls it had claimed settle
+	// exactly as on private lanes (docs/stealing.md). Default StealAuto: private lanes, for
+	// now (see StealAuto).
 	Steal Steal
 }
 

@@ -39,13 +39,14 @@ var (
 
 var stealTasks = []knit.Definition{add, holdPID, holdOnce, sleepy}
 
-// Which pools steal: 2 to 31 lanes by default, with the default balancer and no sandbox.
+// Which pools steal: those that ask, with 31 lanes at most; the default is private lanes
+// (StealAuto does not steal yet).
 func TestStealModeChosen(t *testing.T) {
 	cases := []struct {
 		cfg  knit.Config
 		want knit.Steal
 	}{
-		{knit.Config{Lanes: 2}, knit.StealTicket},
+		{knit.Config{Lanes: 2}, knit.StealOff},
 		{knit.Config{Lanes: 1}, knit.StealOff},
 		{knit.Config{Lanes: 2, Balancer: knit.RoundRobin}, knit.StealOff},
 		{knit.Config{Lanes: 2, Steal: knit.StealOff}, knit.StealOff},

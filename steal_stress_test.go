@@ -121,12 +121,6 @@ func newCounters(t *testing.T, n int) (path string, runs []atomic.Uint32) {
 // stressModes are the dispatch modes every stress test runs.
 var stressModes = []knit.Steal{knit.StealTicket, knit.StealDekker, knit.StealOff}
 
-// stealWired says whether the pool reports the dispatch it uses: Stats.Steal is StealOff,
-// StealTicket or StealDekker once pools honour Config.Steal (issue 13's integration), and
-// its zero value, StealAuto, before. Until then the tests check only what holds for every
-// dispatch.
-func stealWired(st knit.Stats) bool { return st.Steal != knit.StealAuto }
-
 // stressCount is the number of calls per pool: full is KNIT_STRESS=full's.
 func stressCount(full, normal, short, race int) int {
 	switch {
@@ -285,9 +279,9 @@ func TestStealStress(t *testing.T) {
 				t.Logf("%d calls in %v (%.0f calls/s); Stats.Steal %v, claimed from the shared ring %d",
 					n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), st.Steal, claimed)
 				switch {
-				case mode == knit.StealOff && (claimed != 0 || stealWired(st) && st.Steal != knit.StealOff):
+				case mode == knit.StealOff && (claimed != 0 || st.Steal != knit.StealOff):
 					t.Errorf("private lanes: Stats.Steal %v, %d calls claimed from a shared ring", st.Steal, claimed)
-				case mode != knit.StealOff && stealWired(st) && (st.Steal != mode || claimed == 0):
+				case mode != knit.StealOff && (st.Steal != mode || claimed == 0):
 					t.Errorf("Steal %v: Stats.Steal %v, %d calls claimed from the shared ring", mode, st.Steal, claimed)
 				}
 			})
