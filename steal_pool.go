@@ -55,7 +55,7 @@ type shared struct {
 }
 
 // autoSteals says whether StealAuto steals (in pools of 2 to 31 lanes with the default
-// balancer and no sandbox). Not yet: measured in one harness run, stealing moved 0.33-0.66×
+// balancer and no sandbox). Not yet: measured in one harness run, stealing moved 0.25-0.66×
 // the calls of the best private balancer on uniform calls (the goal is 0.9×), and with a
 // free lane its fast calls fared no better than LeastLoaded's, which already skips busy
 // lanes (docs/benchmarks.md, "Work stealing"). Until it pays, the default stays private.
