@@ -53,3 +53,40 @@ func TestProcessFutureWindowNoWatchdog(t *testing.T) {
 		t.Fatalf("the window stalled (a future nobody drains); lanes: %+v", p.Stats().Lanes)
 	}
 }
+
+// Bursts larger than the lanes' rings hold (4 lanes × 32 slots): calls wait in backlogs,
+// and each burst is waited for whole before the next starts. With the watchdog off, a
+// backlog nobody flushes or a result nobody drains would hang the test.
+func TestProcessFutureBurstsBeyondRingsNoWatchdog(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 4, Liveness: -1})
+	ctx := context.Background()
+	const burst = 200
+	rounds := 150
+	if testing.Short() {
+		rounds = 30
+	}
+	fs := make([]*knit.Future[int64], burst)
+	for r := range rounds {
+		done := make(chan error, 1)
+		go func() {
+			for i := range fs {
+				fs[i] = add.Go(ctx, p, [2]int64{int64(i), int64(r)})
+			}
+			for i, f := range fs {
+				if v, err := f.Wait(); err != nil || v != int64(i+r) {
+					done <- fmt.Errorf("round %d call %d: %d, %v", r, i, v, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("round %d stalled; lanes: %+v", r, p.Stats().Lanes)
+		}
+	}
+}
