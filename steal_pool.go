@@ -12,6 +12,7 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/steal"
@@ -102,7 +103,7 @@ func newShared(p *Pool) (*shared, error) {
 		// Asked for, or a pool too large for it: say why not. (A balancer, one lane or a
 		// sandbox chose private lanes on purpose.)
 		if why != "" && (cfg.Steal >= StealTicket || cfg.Lanes > steal.MaxConsumers) {
-			p.root.Named("steal").Info("work stealing off: private lanes", zap.String("reason", why))
+			p.root.Named(logging.Steal).Info("work stealing off: private lanes", zap.String("reason", why))
 		}
 		return nil, nil
 	}
@@ -144,7 +145,7 @@ func newShared(p *Pool) (*shared, error) {
 	for c := sc.Consumers - 1; c >= 0; c-- {
 		s.ids = append(s.ids, c)
 	}
-	if ce := p.root.Named("steal").Check(zap.DebugLevel, "shared submit ring"); ce != nil {
+	if ce := logging.Debug(p.root.Named(logging.Steal), "shared submit ring"); ce != nil {
 		ce.Write(zap.Stringer("discipline", mode), zap.Int("consumers", sc.Consumers),
 			zap.Int("width", s.ring.Config().Width), zap.Int("bytes", size))
 	}
@@ -486,7 +487,7 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 		s.settled()
 	}
 	if n > 0 || rec.Retired != 0 || err != nil {
-		l.debugTo(s.p.root.Named("steal"), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
+		l.debugTo(s.p.root.Named(logging.Steal), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
 			zap.Int("started", len(rec.Started)), zap.Int("calls_settled", n), zap.Error(err))
 	}
 	if s.queued.Load() > 0 { // recovery retired the slots the lane held
