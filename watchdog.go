@@ -15,7 +15,8 @@ import (
 // watchdog looks after a process pool's lanes every Liveness/3, whatever the calls do (with
 // Liveness off and MaxLaneMemory set, every second, for the memory alone): it
 // drains every return ring, so that a result whose doorbell was lost (a lane that closed or
-// replaced its descriptors) still settles; it moves backlogs into free slots; and it kills a
+// replaced its descriptors) still settles; it moves backlogs into free slots (a stealing
+// pool's shared one too, and it wakes lanes for calls left unclaimed); and it kills a
 // lane whose heartbeat has stood still for Liveness (SIGSTOP, a stuck runtime): its calls
 // settle and the supervisor restarts it. It samples each lane's resident memory for
 // MaxLaneMemory (checkMemory). Recycled incarnations finishing their calls are looked after
@@ -41,6 +42,14 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 		case <-t.C:
 		}
 		now := time.Now()
+		if sh := p.shared; sh != nil { // the same for the shared ring: its backlog, its claimants
+			if sh.queued.Load() > 0 {
+				sh.flush()
+			}
+			if sh.prod.Waiting() > 0 { // reads shared words only: safe beside the producer
+				sh.wake()
+			}
+		}
 		n := p.laneCount()
 		for len(last) < n {
 			last, lastOld = append(last, seen{}), append(lastOld, seen{})
