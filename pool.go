@@ -44,7 +44,7 @@ type Pool struct {
 	byIndex   []actors.Def // registry index → task, nil for tasks not in the pool
 	rr        atomic.Uint32
 
-	futures  atomic.Int64 // unsettled futures: lanes' reapers must drain for them
+	futures  atomic.Int64 // futures someone blocks on (Wait after its spin, Done): reapers must drain for them
 	spinning atomic.Bool  // a caller (Help) or a reaper (linger) polls for results, draining for everyone
 	// lingering is set while the spinner is a reaper; handover asks it to let a caller spin.
 	lingering, handover atomic.Bool
