@@ -325,17 +325,8 @@ func TestStealChaos(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = p.Close(context.Background()) })
-			pids := map[int]bool{}
-			var pidMu sync.Mutex
-			notePIDs := func() {
-				pidMu.Lock()
-				defer pidMu.Unlock()
-				for _, l := range p.Stats().Lanes {
-					if l.PID > 0 {
-						pids[l.PID] = true
-					}
-				}
-			}
+			pids := &lanePIDs{}
+			notePIDs := func() { pids.note(p) }
 			notePIDs()
 
 			idem := func(id int) bool { return id%2 == 0 }
@@ -453,11 +444,7 @@ func TestStealChaos(t *testing.T) {
 			if err := p.Close(context.Background()); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			for pid := range pids {
-				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-					t.Errorf("lane process %d still exists after Close", pid)
-				}
-			}
+			pids.checkGone(t)
 		})
 	}
 }

@@ -520,17 +520,8 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pidMu sync.Mutex
-	pids := map[int]bool{}
-	notePIDs := func() {
-		pidMu.Lock()
-		defer pidMu.Unlock()
-		for _, l := range p.Stats().Lanes {
-			if l.PID > 0 {
-				pids[l.PID] = true
-			}
-		}
-	}
+	pids := &lanePIDs{}
+	notePIDs := func() { pids.note(p) }
 	notePIDs()
 
 	var done, idemFailed, coded atomic.Int64
@@ -609,11 +600,7 @@ func TestChaos(t *testing.T) {
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	for pid := range pids {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			t.Errorf("lane process %d still exists after Close", pid)
-		}
-	}
+	pids.checkGone(t)
 	if after := shmNames(t); len(after) > len(before) {
 		t.Errorf("named mappings left: %v", after)
 	}
@@ -678,5 +665,38 @@ func TestRestartTakesSpare(t *testing.T) {
 	}
 	if l := p.Stats().Lanes[0]; l.PID == dead || l.Incarnation < 2 {
 		t.Fatalf("lane %+v took the dead spare %d", l, dead)
+	}
+}
+
+// lanePIDs collects every lane process a pool has had, so that a test can check that none
+// outlives Close.
+type lanePIDs struct {
+	mu   sync.Mutex
+	seen map[int]bool
+}
+
+// note records the pool's current lane processes.
+func (s *lanePIDs) note(p *knit.Pool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[int]bool{}
+	}
+	for _, l := range p.Stats().Lanes {
+		if l.PID > 0 {
+			s.seen[l.PID] = true
+		}
+	}
+}
+
+// checkGone fails t for every noted process that still exists.
+func (s *lanePIDs) checkGone(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pid := range s.seen {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("lane process %d still exists after Close", pid)
+		}
 	}
 }

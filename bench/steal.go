@@ -134,18 +134,23 @@ func stealScenarios() []scenario {
 	return rows
 }
 
-// skewCall makes one call of knitSkew and returns its latency.
-func skewCall(ctx context.Context, kp *knitPool, in uint64) (time.Duration, error) {
+// skewCall makes the next call of knitSkew (its input the next of seq) and, if it is a
+// fast one, appends its latency to lat.
+func skewCall(ctx context.Context, kp *knitPool, seq *atomic.Uint64, lat *[]int64) error {
+	in := seq.Add(1)
 	t0 := time.Now()
 	got, err := knitSkew.Call(ctx, kp.Pool, in)
 	d := time.Since(t0)
 	if err != nil {
-		return d, kp.failure(err)
+		return kp.failure(err)
 	}
 	if got != in+1 {
-		return d, fmt.Errorf("knit: got %d, want %d", got, in+1)
+		return fmt.Errorf("knit: got %d, want %d", got, in+1)
 	}
-	return d, nil
+	if in%skewEvery != 0 {
+		*lat = append(*lat, int64(d))
+	}
+	return nil
 }
 
 // setupKnitSkewCallers: callers goroutines share b.N calls of knitSkew,
@@ -166,14 +171,9 @@ func setupKnitSkewCallers(cfg knit.Config, callers int) (func(*testing.B), func(
 			wg.Go(func() {
 				defer func() { fast[g] = lat }()
 				for next.Add(1) <= int64(b.N) {
-					in := seq.Add(1)
-					d, err := skewCall(ctx, kp, in)
-					if err != nil {
+					if err := skewCall(ctx, kp, &seq, &lat); err != nil {
 						fail(b, err)
 						return
-					}
-					if in%skewEvery != 0 {
-						lat = append(lat, int64(d))
 					}
 				}
 			})
@@ -204,14 +204,9 @@ func setupKnitSkewInFlight(cfg knit.Config) (func(*testing.B), func() error, err
 				mu.Unlock()
 			}()
 			for pb.Next() {
-				in := seq.Add(1)
-				d, err := skewCall(ctx, kp, in)
-				if err != nil {
+				if err := skewCall(ctx, kp, &seq, &lat); err != nil {
 					fail(b, err)
 					return
-				}
-				if in%skewEvery != 0 {
-					lat = append(lat, int64(d))
 				}
 			}
 		})
