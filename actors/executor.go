@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/knitgo/knit/fastpath"
@@ -52,9 +53,10 @@ type Executor struct {
 	scratch []byte
 	ret     *fastpath.Producer
 	stats   fastpath.Stats
-	last    uint64 // the sequence number of the last call of its own ring it started
-	busy    bool   // the running word says busy
-	claimed int    // calls of the shared ring claimed and not run yet
+	running *atomic.Uint64 // the region's running word
+	last    uint64         // the sequence number of the last call of its own ring it started
+	busy    bool           // the running word says busy
+	claimed int            // calls of the shared ring claimed and not run yet
 	sbatch  [fastpath.Slots]work
 	sinputs [fastpath.Slots][]byte
 }
@@ -106,6 +108,7 @@ func (e *Executor) Run() error {
 	var inputs [fastpath.Slots][]byte
 	wake.SetAwake()
 	running := e.Region.Running()
+	e.running = running
 	for {
 		if e.busy { // between batches: the lane looks for work (a stealing host rings none)
 			running.Store(fastpath.RunningWord(e.last, false))
@@ -183,9 +186,9 @@ func (e *Executor) run(w work, input []byte, flags uint32) error {
 	switch {
 	case flags&SharedResult == 0:
 		e.last = w.seq
-		e.Region.Running().Store(fastpath.RunningWord(w.seq, true))
+		e.running.Store(fastpath.RunningWord(w.seq, true))
 	case !e.busy:
-		e.Region.Running().Store(fastpath.RunningWord(e.last, true))
+		e.running.Store(fastpath.RunningWord(e.last, true))
 	}
 	e.busy = true
 	var out []byte

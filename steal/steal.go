@@ -323,9 +323,6 @@ func (c *Consumer) Pending() bool {
 	return c.m.load(idH) != c.m.load(idW)
 }
 
-// ID is the consumer's id.
-func (c *Consumer) ID() int { return c.id }
-
 // Holder names the consumer whose journal shows the call with sequence number seq started
 // and not finished (ok false: none does). It reads words the consumers write: a hint for
 // finding the lane that runs an overdue call, never what recovery relies on.
