@@ -41,8 +41,6 @@ type procLane struct {
 	killMu sync.Mutex
 	killed lifecycle.Exit // why the host killed it, if it did
 
-	aborts abortBits // under lane.mu
-
 	final fastpath.StatsSnapshot // counters at the end, once the region is unmapped
 }
 
@@ -73,9 +71,8 @@ func (l *lane) startProcess() error {
 		pl.mp.Close()
 		return l.startErr("eventfd: %v", err)
 	}
-	pl.aborts = newAbortBits(layout.AbortBits)
 	l.proc = pl
-	l.req, l.ret = l.region.Requests().Producer(), l.region.Returns().Consumer()
+	l.ring = l.newRing()
 	l.wake, l.done = l.region.LaneWake(), l.region.Returns().Completion()
 	l.laneBell, l.doneBell = fastpath.FutexBell{}, fastpath.EventBell{FD: pl.efd}
 	l.reaper = true
@@ -459,38 +456,20 @@ func (l *lane) endError() *Error {
 }
 
 // raiseAbort sets a call's abort bit and rings the lane's abort doorbell, if the bit still
-// belongs to the call.
+// belongs to the call and the region is still mapped.
 func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.proc == nil || l.unmapped || !l.proc.aborts.holds(bit, fn, id) {
+	if l.proc == nil || l.unmapped {
 		return
 	}
-	l.raiseAbortLocked(bit)
+	l.ring.RaiseAbortLocked(bit, fn, id)
 }
 
-// raiseAbortLocked sets abort bit bit (when it is one: -1 is none) and rings the lane's
-// abort doorbell; mu is held.
-func (l *lane) raiseAbortLocked(bit int32) {
-	if bit < 0 {
-		return
-	}
-	l.region.Aborts().Set(int(bit))
+// AbortRaised implements actors.RingOwner: it rings the lane's abort doorbell; mu is held.
+func (l *lane) AbortRaised() {
 	l.region.AbortWake().Add(1)
 	_, _ = futex.Wake(l.region.AbortWake(), 1)
-}
-
-// freeAbort returns a settled call's abort bit. A bit the call does not hold means the lane
-// broke the protocol.
-func (l *lane) freeAbort(bit int32, fn, id uint32) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.proc.aborts.holds(bit, fn, id) {
-		return fmt.Errorf("%w: abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
-	}
-	l.proc.aborts.release(bit)
-	l.region.Aborts().Clear(int(bit))
-	return nil
 }
 
 // laneOutput relays a lane's stdout and stderr to the pool's logger, line by line, and
