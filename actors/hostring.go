@@ -1,11 +1,5 @@
 package actors
 
-// The host end of a lane's rings lives here, beside the lane end (Executor) and the call
-// records, because it is the other half of the same protocol: what the host writes into a
-// submit ring's slot is what Executor reads, and a result Executor publishes is settled into
-// a Record through its Def. The pool decides which ring a call goes to and what happens when
-// a lane dies; a HostRing only moves calls and results and keeps the ring's books.
-
 import (
 	"errors"
 	"fmt"
@@ -118,7 +112,13 @@ type RingConfig struct {
 // caller under the owner's mutex, with the FIFO backlog of calls beyond its 32 slots and the
 // abort bits of its calls; and the consumer of the return ring its calls are answered on,
 // which one drainer at a time settles (callers waiting for results, a reaper, the lane
-// goroutine itself).
+// goroutine itself). A stealing pool's shared ring is one too, without a return ring.
+//
+// It lives in actors, beside the lane's end (Executor) and the call records, because it is
+// the other half of the same protocol: what it writes into a slot is what Executor reads,
+// and what Executor publishes it settles into a Record through its Def. It never decides
+// where a call goes or what happens when a lane dies: its owner (the pool's lane, or its
+// shared ring) does, through RingOwner and the Settle function.
 type HostRing struct {
 	mu      *sync.Mutex
 	owner   RingOwner
