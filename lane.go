@@ -198,7 +198,7 @@ func (l *lane) drain() int {
 }
 
 // settle does the lane's accounting for a result the ring has checked, and settles its call.
-func (l *lane) settle(r actors.Result) error {
+func (l *lane) settle(r *actors.Result) error {
 	var sh *shared
 	if r.Shared { // a call the lane claimed from the shared ring
 		sh = l.p.shared

@@ -99,8 +99,8 @@ type RingConfig struct {
 	// The return ring (nil: the ring's calls are answered elsewhere, as the shared ring's
 	// are, on the return ring of the lane that claimed each), and how its results settle.
 	Returns *fastpath.Consumer
-	Tasks   []Def // by function index: the tasks served
-	Settle  func(Result) error
+	Tasks   []Def               // by function index: the tasks served
+	Settle  func(*Result) error // the Result is valid only during the call
 	// Remote: the lane is another process; see Drain.
 	Remote bool
 	// Shared is the pool's shared ring, whose calls the lane may answer on its return ring
@@ -123,6 +123,7 @@ type HostRing struct {
 	mu      *sync.Mutex
 	owner   RingOwner
 	prod    Producer
+	lane    *LaneProducer // prod, when it is one: called directly, on every call's path
 	key     int32
 	block   bool
 	backlog []Call // FIFO ring of calls beyond the 32 slots
@@ -137,7 +138,8 @@ type HostRing struct {
 
 	ret      *fastpath.Consumer
 	tasks    []Def
-	settle   func(Result) error
+	settle   func(*Result) error
+	result   Result // settleSlot's, under draining: passed by pointer without escaping, copied by no one
 	remote   bool
 	shared   *HostRing
 	draining atomic.Bool
@@ -146,7 +148,8 @@ type HostRing struct {
 
 // NewHostRing returns the host end of a ring.
 func NewHostRing(c RingConfig) *HostRing {
-	return &HostRing{
+	lane, _ := c.Submit.(*LaneProducer)
+	return &HostRing{lane: lane,
 		mu: c.Mu, owner: c.Owner, prod: c.Submit, key: c.Key, block: c.BlockWhenFull,
 		backlog: make([]Call, c.Backlog), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
@@ -172,10 +175,10 @@ func (r *HostRing) Submit(c Call) (queued bool, err error) {
 		return false, err
 	}
 	if r.n == 0 {
-		if slot, ok := r.prod.Reserve(); ok {
+		if slot, ok := r.reserve(); ok {
 			r.accept(&c)
 			if r.publish(slot, c) {
-				r.prod.Flush()
+				r.flush()
 				r.mu.Unlock()
 				r.owner.Published()
 				return false, nil
@@ -243,19 +246,65 @@ func (r *HostRing) enqueue(c Call) {
 // backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
 // with mu held.
 func (r *HostRing) publish(slot int, c Call) bool {
-	buf, err := r.prod.Put(slot, len(c.Payload))
+	buf, err := r.put(slot, len(c.Payload))
 	if err != nil {
-		r.prod.Release(slot)
+		r.release(slot)
 		return false
 	}
 	copy(buf, c.Payload)
-	s := r.prod.Slot(slot)
+	s := r.slot(slot)
 	s.SetFn(c.Def.Index())
 	s.SetCall(c.ID, c.Gen)
 	s.SetAbort(uint32(c.Abort.Load() + 1))
 	s.SetDeadline(c.Deadline)
-	c.Seq.Store(r.prod.Stage(slot))
+	c.Seq.Store(r.stage(slot))
 	return true
+}
+
+// The producer's methods, called directly on a lane's own ring: an interface call costs
+// every call of a goroutine lane a few percent.
+func (r *HostRing) reserve() (int, bool) {
+	if p := r.lane; p != nil {
+		return p.Reserve()
+	}
+	return r.prod.Reserve()
+}
+
+func (r *HostRing) put(slot, n int) ([]byte, error) {
+	if p := r.lane; p != nil {
+		return p.Put(slot, n)
+	}
+	return r.prod.Put(slot, n)
+}
+
+func (r *HostRing) release(slot int) {
+	if p := r.lane; p != nil {
+		p.Release(slot)
+		return
+	}
+	r.prod.Release(slot)
+}
+
+func (r *HostRing) slot(i int) fastpath.Slot {
+	if p := r.lane; p != nil {
+		return p.Slot(i)
+	}
+	return r.prod.Slot(i)
+}
+
+func (r *HostRing) stage(slot int) uint64 {
+	if p := r.lane; p != nil {
+		return p.Stage(slot)
+	}
+	return r.prod.Stage(slot)
+}
+
+func (r *HostRing) flush() {
+	if p := r.lane; p != nil {
+		p.Flush()
+		return
+	}
+	r.prod.Flush()
 }
 
 // Queued is how many calls wait in the backlog.
@@ -279,7 +328,7 @@ func (r *HostRing) flushLocked() bool {
 	}
 	moved := 0
 	for r.n > 0 {
-		slot, ok := r.prod.Reserve()
+		slot, ok := r.reserve()
 		if !ok || !r.publish(slot, r.backlog[r.head]) {
 			break
 		}
@@ -288,7 +337,7 @@ func (r *HostRing) flushLocked() bool {
 		r.n--
 		moved++
 	}
-	r.prod.Flush() // one store for the whole burst
+	r.flush() // one store for the whole burst
 	r.queued.Store(int32(r.n))
 	if moved > 0 && r.block {
 		close(r.space)
@@ -445,8 +494,15 @@ func (r *HostRing) settleSlot(i int) error {
 			return err
 		}
 	}
-	return r.settle(Result{Def: r.tasks[fn], Key: from.key, Shared: from != r, ID: s.Call(), Gen: s.Gen(),
-		Outcome: Outcome(flags &^ SharedResult), Ran: s.Seq(), Payload: payload})
+	// Field by field: a composite literal is built aside and copied in wide loads that the
+	// CPU cannot forward from the narrow stores that built it, a stall on every result.
+	res := &r.result
+	res.Def, res.Key, res.Shared = r.tasks[fn], from.key, from != r
+	res.ID, res.Gen, res.Outcome, res.Ran = s.Call(), s.Gen(), Outcome(flags&^SharedResult), s.Seq()
+	res.Payload = payload
+	err = r.settle(res)
+	res.Def, res.Payload = nil, nil // nothing kept alive, no view of the slot kept
+	return err
 }
 
 // abortBits hands a bitmap's abort bits to cancellable calls. The ring's mutex guards it.

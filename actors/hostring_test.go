@@ -28,7 +28,8 @@ func (o *ringOwner) Admit() error { return o.admit }
 func (o *ringOwner) Accept()      { o.accepted++ }
 func (o *ringOwner) Published()   { o.published++ }
 func (o *ringOwner) AbortRaised() { o.raised++ }
-func (o *ringOwner) Settle(r Result) error {
+func (o *ringOwner) Settle(res *Result) error {
+	r := *res
 	r.Payload = bytes.Clone(r.Payload)
 	o.settled = append(o.settled, r)
 	if o.settle != nil {
@@ -425,5 +426,42 @@ func TestHostRingDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per call, want 0", allocs)
+	}
+}
+
+// BenchmarkHostRingCycle is one call's way through a lane's HostRing with the lane played
+// inline: Submit, the lane taking it and answering, Drain settling the result.
+func BenchmarkHostRingCycle(b *testing.B) {
+	task := defineTest(b, double, Options{})
+	layout := fastpath.Layout{Inline: 64, Arena: 64, AbortBits: 1}
+	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, 0, 0, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	o := &ringOwner{}
+	h := NewHostRing(RingConfig{Mu: &mu, Owner: o, Submit: &LaneProducer{Producer: region.Requests().Producer()},
+		Backlog: 4, Returns: region.Returns().Consumer(), Tasks: served(task),
+		Settle: func(*Result) error { return nil }})
+	req, ret := region.Requests().Consumer(), region.Returns().Producer()
+	r := startCall(b, task, context.Background(), 1, 1, -1)
+	c := Call{Def: task, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq}
+	for b.Loop() {
+		if _, err := h.Submit(c); err != nil {
+			b.Fatal(err)
+		}
+		_ = req.Take(req.Poll(), func(i int) error {
+			s := req.Slot(i)
+			j, _ := ret.Reserve()
+			_, _ = ret.Put(j, 0)
+			rs := ret.Slot(j)
+			rs.SetFn(s.Fn())
+			rs.SetCall(s.Call(), s.Gen())
+			ret.Publish(j)
+			return nil
+		})
+		if n, err := h.Drain(); n != 1 || err != nil {
+			b.Fatalf("Drain: %d, %v", n, err)
+		}
 	}
 }
