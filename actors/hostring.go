@@ -70,7 +70,8 @@ type RingOwner interface {
 }
 
 // Result is a result slot as the lane published it, read and checked: its task is served
-// here, and the abort bit it gives back belonged to its call (and is free again).
+// here, and on a Remote lane the abort bit it gives back belonged to its call (and is free
+// again).
 type Result struct {
 	Def     Def
 	Key     int32 // the ring the call was published on: what its record's Lane field names
@@ -149,8 +150,8 @@ type HostRing struct {
 // NewHostRing returns the host end of a ring.
 func NewHostRing(c RingConfig) *HostRing {
 	lane, _ := c.Submit.(*LaneProducer)
-	return &HostRing{lane: lane,
-		mu: c.Mu, owner: c.Owner, prod: c.Submit, key: c.Key, block: c.BlockWhenFull,
+	return &HostRing{
+		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull,
 		backlog: make([]Call, c.Backlog), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
 		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared,
