@@ -160,7 +160,7 @@ func (l *lane) newRing() *actors.HostRing {
 
 // submit publishes c on this lane, or queues it in the backlog. It fails when the lane is
 // not ready (the caller picks another) or its backlog is full.
-func (l *lane) submit(c actors.Call) (queued bool, err error) { return l.ring.Submit(c) }
+func (l *lane) submit(c actors.Call) (queued bool, err error) { return l.ring.Submit(&c) }
 
 // Admit implements actors.RingOwner: a lane takes calls while it is ready.
 func (l *lane) Admit() error {

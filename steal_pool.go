@@ -196,7 +196,7 @@ func (s *shared) submit(c actors.Call) error {
 	// what is in flight: either Close waits for this call, or the call sees Close and
 	// goes no further (else it could be published after the lanes stopped claiming).
 	s.inflight.Add(1)
-	if _, err := s.host.Submit(c); err != nil {
+	if _, err := s.host.Submit(&c); err != nil {
 		s.inflight.Add(-1)
 		s.p.callDone()
 		return err

@@ -168,8 +168,9 @@ func (*BacklogFull) Error() string { return "backlog full" }
 var errNotShared = errors.New("result of a shared call in a pool without work stealing")
 
 // Submit publishes c, or queues it in the backlog when the ring is full or its arena has no
-// room for the payload now. It fails with the owner's Admit error, or *BacklogFull.
-func (r *HostRing) Submit(c Call) (queued bool, err error) {
+// room for the payload now. It fails with the owner's Admit error, or *BacklogFull. It keeps
+// no pointer to c (a pointer spares the call path copies of it).
+func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 	r.mu.Lock()
 	if err := r.owner.Admit(); err != nil {
 		r.mu.Unlock()
@@ -177,14 +178,14 @@ func (r *HostRing) Submit(c Call) (queued bool, err error) {
 	}
 	if r.n == 0 {
 		if slot, ok := r.reserve(); ok {
-			r.accept(&c)
+			r.accept(c)
 			if r.publish(slot, c) {
 				r.flush()
 				r.mu.Unlock()
 				r.owner.Published()
 				return false, nil
 			}
-			r.enqueue(c)
+			r.enqueue(*c)
 			r.mu.Unlock()
 			return true, nil
 		}
@@ -194,8 +195,8 @@ func (r *HostRing) Submit(c Call) (queued bool, err error) {
 		r.mu.Unlock()
 		return false, &BacklogFull{Space: space}
 	}
-	r.accept(&c)
-	r.enqueue(c)
+	r.accept(c)
+	r.enqueue(*c)
 	// The consumers may have retired every slot (and a lane drained its last result) between
 	// the failed Reserve and the enqueue, and then found no backlog to flush: look again now.
 	// (enqueue's store of queued and Reserve's load of the consumer word pair with the
@@ -246,7 +247,7 @@ func (r *HostRing) enqueue(c Call) {
 // arena has no room for its payload now (the slot is given back and c waits in the
 // backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
 // with mu held.
-func (r *HostRing) publish(slot int, c Call) bool {
+func (r *HostRing) publish(slot int, c *Call) bool {
 	buf, err := r.put(slot, len(c.Payload))
 	if err != nil {
 		r.release(slot)
@@ -330,7 +331,7 @@ func (r *HostRing) flushLocked() bool {
 	moved := 0
 	for r.n > 0 {
 		slot, ok := r.reserve()
-		if !ok || !r.publish(slot, r.backlog[r.head]) {
+		if !ok || !r.publish(slot, &r.backlog[r.head]) {
 			break
 		}
 		r.backlog[r.head] = Call{}

@@ -140,7 +140,7 @@ func TestHostRingSubmitPublishes(t *testing.T) {
 	for k := range 3 {
 		c, r := ringCall(t, task, context.Background(), k)
 		c.Deadline = int64(1000 + k)
-		if queued, err := tr.Submit(c); queued || err != nil {
+		if queued, err := tr.Submit(&c); queued || err != nil {
 			t.Fatalf("Submit: queued %v, %v", queued, err)
 		}
 		if r.Lane.Load() != testRingKey || r.Seq.Load() != uint64(k+1) {
@@ -161,7 +161,7 @@ func TestHostRingSubmitPublishes(t *testing.T) {
 	}
 	tr.owner.admit = errors.New("not ready")
 	c, _ := ringCall(t, task, context.Background(), 9)
-	if _, err := tr.Submit(c); err != tr.owner.admit {
+	if _, err := tr.Submit(&c); err != tr.owner.admit {
 		t.Fatalf("Submit to a ring its owner closed: %v", err)
 	}
 }
@@ -175,7 +175,7 @@ func TestHostRingBacklog(t *testing.T) {
 	for k := range fastpath.Slots + 4 {
 		c, r := ringCall(t, task, context.Background(), k)
 		recs = append(recs, r)
-		queued, err := tr.Submit(c)
+		queued, err := tr.Submit(&c)
 		if err != nil || queued != (k >= fastpath.Slots) {
 			t.Fatalf("call %d: queued %v, %v", k, queued, err)
 		}
@@ -184,7 +184,7 @@ func TestHostRingBacklog(t *testing.T) {
 		t.Fatalf("backlog holds %d, first queued call's seq %d", tr.Queued(), recs[fastpath.Slots].Seq.Load())
 	}
 	c, _ := ringCall(t, task, context.Background(), 99)
-	_, err := tr.Submit(c)
+	_, err := tr.Submit(&c)
 	var full *BacklogFull
 	if !errors.As(err, &full) {
 		t.Fatalf("Submit to a full backlog: %v", err)
@@ -223,7 +223,7 @@ func TestHostRingDrainSettles(t *testing.T) {
 	tr := newTestRing(t, served(task), func(c *RingConfig, _ *fastpath.Region) { c.Remote = true })
 	for k := range fastpath.Slots + 1 {
 		c, _ := ringCall(t, task, context.Background(), k)
-		if _, err := tr.Submit(c); err != nil {
+		if _, err := tr.Submit(&c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -332,7 +332,7 @@ func TestHostRingAbortBits(t *testing.T) {
 					cancel()
 				}
 				c, r := ringCall(t, task, ctx, 1)
-				if _, err := tr.Submit(c); err != nil {
+				if _, err := tr.Submit(&c); err != nil {
 					t.Fatal(err)
 				}
 				bit := r.Abort.Load()
@@ -363,7 +363,7 @@ func TestHostRingAbortBits(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			c, r := ringCall(t, task, ctx, 2)
-			if _, err := tr.Submit(c); err != nil {
+			if _, err := tr.Submit(&c); err != nil {
 				t.Fatal(err)
 			}
 			bit := r.Abort.Load()
@@ -384,7 +384,7 @@ func TestHostRingAbortBits(t *testing.T) {
 			// lane cannot interrupt it. A call that cannot be cancelled gets none either.
 			for k := range tr.region.Aborts().Len() + 1 {
 				c, r := ringCall(t, task, ctx, k)
-				if _, err := tr.Submit(c); err != nil {
+				if _, err := tr.Submit(&c); err != nil {
 					t.Fatal(err)
 				}
 				if got := r.Abort.Load(); (got == -1) != (k == tr.region.Aborts().Len()) {
@@ -392,7 +392,7 @@ func TestHostRingAbortBits(t *testing.T) {
 				}
 			}
 			c, r = ringCall(t, task, context.Background(), 0)
-			if _, err := tr.Submit(c); err != nil {
+			if _, err := tr.Submit(&c); err != nil {
 				t.Fatal(err)
 			}
 			if r.Abort.Load() != -1 {
@@ -409,7 +409,7 @@ func TestHostRingDoesNotAllocate(t *testing.T) {
 	c, _ := ringCall(t, task, context.Background(), 1)
 	c.Payload = nil // a goroutine lane's: the value stays on the record
 	allocs := testing.AllocsPerRun(100, func() {
-		if _, err := tr.Submit(c); err != nil {
+		if _, err := tr.Submit(&c); err != nil {
 			t.Fatal(err)
 		}
 		if err := tr.req.Take(tr.req.Poll(), func(i int) error {
@@ -447,7 +447,7 @@ func BenchmarkHostRingCycle(b *testing.B) {
 	r := startCall(b, task, context.Background(), 1, 1, -1)
 	c := Call{Def: task, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq}
 	for b.Loop() {
-		if _, err := h.Submit(c); err != nil {
+		if _, err := h.Submit(&c); err != nil {
 			b.Fatal(err)
 		}
 		_ = req.Take(req.Poll(), func(i int) error {
