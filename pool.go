@@ -59,8 +59,8 @@ type Pool struct {
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
 	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
-	spares spares      // process lanes started ahead for restarts
-	up     atomic.Bool // the first boot is over: starts may take spares (resize.go)
+	spares lifecycle.Spares // process lanes started ahead for restarts
+	up     atomic.Bool      // the first boot is over: starts may take spares (resize.go)
 
 	resizeMu sync.Mutex // serialises Resize
 
@@ -86,6 +86,8 @@ type Pool struct {
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 
 	shared *shared // a stealing pool's shared submit ring (nil: private lanes)
+
+	procs *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
 }
 
 var poolIDs atomic.Uint64
@@ -170,6 +172,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		if err := p.openLimits(); err != nil {
 			return nil, err
 		}
+		p.openProcesses()
 	}
 	if !supervised {
 		for i := range cfg.Lanes {
@@ -204,7 +207,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	p.tree = tree
 	p.up.Store(true)
 	if cfg.Runtime == Process {
-		p.refillSpares()
+		p.spares.Refill()
 		if cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0 {
 			p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
 			go p.watchdog(p.stopWatch, p.watchDone)
@@ -625,7 +628,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			p.shared.close(&Error{Code: CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()
 		}
-		p.closeSpares()
+		p.spares.Close()
 		p.closeLimits()
 		p.stopObserving()
 		p.closeEvents()
@@ -684,11 +687,11 @@ func (l *lane) stop() bool {
 		l.debug("stop not acknowledged: SIGTERM to the process group", zap.Duration("waited", cfg.StopAckTimeout))
 		l.p.obs.stopTimedOut(l.idx)
 		l.p.obs.killed(l.idx, "SIGTERM", "stop_timeout")
-		_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
+		l.proc.Signal(syscall.SIGTERM)
 		if !waitFor(cfg.KillGrace, l.ended) {
 			l.debug("still running after SIGTERM: SIGKILL", zap.Duration("grace", cfg.KillGrace))
 			l.p.obs.killed(l.idx, "SIGKILL", "stop_timeout")
-			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
+			l.proc.Signal(syscall.SIGKILL)
 		}
 	case l.proc != nil:
 		l.debug("stop acknowledged")
@@ -697,7 +700,7 @@ func (l *lane) stop() bool {
 		if !waitFor(cfg.KillGrace, l.ended) {
 			l.debug("acknowledged but still running: SIGKILL", zap.Duration("grace", cfg.KillGrace))
 			l.p.obs.killed(l.idx, "SIGKILL", "exit_timeout")
-			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
+			l.proc.Signal(syscall.SIGKILL)
 		}
 	default:
 		l.debug("stop acknowledged")
@@ -750,7 +753,7 @@ func (l *lane) pid() int {
 	if l.proc == nil {
 		return 0
 	}
-	return l.proc.pid
+	return l.proc.PID()
 }
 
 // Stats describes a pool.
@@ -776,7 +779,7 @@ type Stats struct {
 // Stats returns a snapshot of the pool's lanes.
 func (p *Pool) Stats() Stats {
 	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
-		DroppedEvents: p.dropped.Load(), Spares: p.sparePIDs()}
+		DroppedEvents: p.dropped.Load(), Spares: p.spares.PIDs()}
 	s.Limits = p.limits.mechanism
 	for i := range p.laneCount() {
 		ls := LaneStats{Lane: i}

@@ -1,10 +1,7 @@
 package knit
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -101,20 +98,4 @@ func (l *lane) heartbeat() (uint32, bool) {
 		return 0, false
 	}
 	return l.region.Heartbeat().Load(), true
-}
-
-// frozen reports whether process pid is stopped (SIGSTOP, a debugger): a spare in that state
-// would make a restart wait for nothing.
-func frozen(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) {
-		return false
-	}
-	state := stat[i+2]
-	return state == 'T' || state == 't'
 }
