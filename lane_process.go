@@ -161,17 +161,29 @@ func (l *lane) awaitReady() error {
 	if l.proc.spare && l.p.cfg.Liveness > 0 {
 		timeout = min(timeout, l.p.cfg.Liveness)
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-l.proc.ready:
+	if l.proc.AwaitReady(l.proc.ready, l.ended, timeout) {
 		return nil
-	case <-l.ended:
-	case <-t.C:
-		l.kill(lifecycle.Exit{Startup: timeout})
-		<-l.ended
 	}
 	return l.endError()
+}
+
+// stopping is the stop protocol's escalation for the lane (lifecycle.Stop): a process lane's
+// process group is signalled; a goroutine lane is abandoned, its rings fenced and its calls
+// settled.
+func (l *lane) stopping() lifecycle.Stop {
+	cfg := l.p.cfg
+	s := lifecycle.Stop{AckTimeout: cfg.StopAckTimeout, KillGrace: cfg.KillGrace, Acked: l.acked, Ended: l.ended,
+		Debug:    l.debug,
+		TimedOut: func() { l.p.obs.stopTimedOut(l.idx) },
+		Killed:   func(signal, reason string) { l.p.obs.killed(l.idx, signal, reason) },
+		Abandon: func() {
+			l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
+		},
+	}
+	if l.proc != nil {
+		s.Signal = l.proc.Signal
+	}
+	return s
 }
 
 // kill ends the lane's whole process group; why says what the host will report.

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -676,54 +675,7 @@ func (l *lane) stop() bool {
 	l.mu.Unlock()
 	l.kickReaper() // an idle reaper waits for the acknowledgement from now on
 	l.debug("stop requested")
-	cfg := l.p.cfg
-	acked := waitFor(cfg.StopAckTimeout, l.ended, l.acked)
-	switch {
-	case l.proc == nil && !acked:
-		l.p.obs.stopTimedOut(l.idx)
-		l.debug("stop not acknowledged: abandoning the lane", zap.Duration("waited", cfg.StopAckTimeout))
-		l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
-	case l.proc != nil && !acked:
-		l.debug("stop not acknowledged: SIGTERM to the process group", zap.Duration("waited", cfg.StopAckTimeout))
-		l.p.obs.stopTimedOut(l.idx)
-		l.p.obs.killed(l.idx, "SIGTERM", "stop_timeout")
-		l.proc.Signal(syscall.SIGTERM)
-		if !waitFor(cfg.KillGrace, l.ended) {
-			l.debug("still running after SIGTERM: SIGKILL", zap.Duration("grace", cfg.KillGrace))
-			l.p.obs.killed(l.idx, "SIGKILL", "stop_timeout")
-			l.proc.Signal(syscall.SIGKILL)
-		}
-	case l.proc != nil:
-		l.debug("stop acknowledged")
-		// Acknowledged: the process is on its way out. One that never gets there is
-		// still reaped.
-		if !waitFor(cfg.KillGrace, l.ended) {
-			l.debug("acknowledged but still running: SIGKILL", zap.Duration("grace", cfg.KillGrace))
-			l.p.obs.killed(l.idx, "SIGKILL", "exit_timeout")
-			l.proc.Signal(syscall.SIGKILL)
-		}
-	default:
-		l.debug("stop acknowledged")
-	}
-	<-l.ended
-	return acked
-}
-
-// waitFor reports whether one of cs closed within d.
-func waitFor(d time.Duration, cs ...<-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for len(cs) < 2 {
-		cs = append(cs, nil)
-	}
-	select {
-	case <-cs[0]:
-		return true
-	case <-cs[1]:
-		return true
-	case <-t.C:
-		return false
-	}
+	return l.stopping().Run()
 }
 
 // LaneStats describes one lane.
