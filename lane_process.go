@@ -14,11 +14,10 @@ import (
 )
 
 // procLane is what a process lane adds to a lane: its process (lifecycle.Process), its
-// region's mapping and doorbell, and what the host learns about it.
+// region and doorbell (lifecycle.Memory), and what the host learns about it.
 type procLane struct {
 	*lifecycle.Process
-	mp    *shm.Mapping
-	efd   *futex.EventFD
+	mem   *lifecycle.Memory
 	ready chan struct{} // closed once the lane has reported ready
 	gone  chan struct{} // closed once its calls are settled and its region unmapped
 	spare bool          // it was a spare: initialised already, it is ready within Liveness
@@ -31,10 +30,9 @@ type procLane struct {
 // startProcess creates the region and starts the lane process (lifecycle.Launcher). It
 // returns once the process has started; ready is closed when it reports ready.
 //
-// The region is a sealed memfd in both shared-memory modes (shm.CreateMemfd): a lane can
-// write it but never resize it, so nothing a lane does to the file can make the host's
-// mapping fault. With SharedMemory Named the lane inherits no descriptor: it collects the
-// memfd and the eventfd from a rendezvous socket named in its boot record (shm.Rendezvous).
+// The region is a sealed memfd in both shared-memory modes (lifecycle.Memory). With
+// SharedMemory Named the lane inherits no descriptor: it collects the memfd and the eventfd
+// from a rendezvous socket named in its boot record (shm.Rendezvous).
 func (l *lane) startProcess() error {
 	cfg := l.p.cfg
 	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: cfg.Payload.Arena, AbortBits: fastpath.DefaultAbortBits}
@@ -43,28 +41,21 @@ func (l *lane) startProcess() error {
 		l.p.sweepShm()
 	}
 	var err error
-	if pl.mp, err = shm.CreateMemfd(fmt.Sprintf("knit-lane-%d", l.idx), layout.Size()); err != nil {
-		return l.startErr("shared memory: %v", err)
+	if pl.mem, err = lifecycle.NewMemory(layout, uint32(l.idx), uint32(l.inc), l.p.epoch.UnixNano()); err != nil {
+		return l.startErr("%v", err)
 	}
-	if l.region, err = fastpath.NewRegion(pl.mp.Bytes(), layout, uint32(l.idx), uint32(l.inc), l.p.epoch.UnixNano()); err != nil {
-		pl.mp.Close()
-		return l.startErr("region: %v", err)
-	}
+	l.region = pl.mem.Region
 	l.debugRegion(cfg.Process.SharedMemory.String())
-	if pl.efd, err = futex.NewEventFD(); err != nil {
-		pl.mp.Close()
-		return l.startErr("eventfd: %v", err)
-	}
 	pl.aborts = newAbortBits(layout.AbortBits)
 	l.proc = pl
 	l.req, l.ret = l.region.Requests().Producer(), l.region.Returns().Consumer()
 	l.wake, l.done = l.region.LaneWake(), l.region.Returns().Completion()
-	l.laneBell, l.doneBell = fastpath.FutexBell{}, fastpath.EventBell{FD: pl.efd}
+	l.laneBell, l.doneBell = fastpath.FutexBell{}, pl.mem.DoneBell()
 	l.reaper = true
 	if s := l.p.shared; s != nil {
 		l.cid = s.join(l)
 	}
-	files := append([]*os.File{pl.mp.File(), pl.efd.File()}, l.stealFiles()...)
+	files := append(pl.mem.Files(), l.stealFiles()...)
 
 	// A restart takes a spare — a process that has exec'd and initialised already — when
 	// one is waiting; a first start, or a restart with none, spawns. A spare receives its
@@ -226,8 +217,7 @@ func (l *lane) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.unmapped = true
-	_ = pl.efd.Close()
-	_ = pl.mp.Close()
+	pl.mem.Close()
 }
 
 // ready reports, from the reaper, whether the lane has booted; it closes proc.ready once.
