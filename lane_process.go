@@ -126,13 +126,19 @@ func (l *lane) startErr(format string, args ...any) error {
 	return &Error{Code: CodeStartupFailed, Lane: l.idx, Message: fmt.Sprintf(format, args...)}
 }
 
+// parkSafetyNet bounds a parked process lane's sleep. The doorbell protocol loses no wake,
+// and the watchdog rings a parked lane that has calls waiting (ringStalled), so this only
+// matters if both failed; every expiry costs an idle lane a wake-up and its runtime a burst
+// of polling, which at 1 s was most of an idle pool's CPU (docs/benchmarks.md).
+const parkSafetyNet = 10 * time.Second
+
 // bootRecord is the lane's boot record (lifecycle.Launcher fills in Shm, the rendezvous
 // where it collects its descriptors, if it has one).
 func (l *lane) bootRecord() lifecycle.Boot {
 	cfg := l.p.cfg
 	boot := lifecycle.Boot{
 		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
-		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(time.Second),
+		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(parkSafetyNet),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
 		Carry: cfg.Propagator != nil, Timed: l.p.obs.timed(),

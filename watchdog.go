@@ -63,6 +63,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 				if l.queued.Load() > 0 {
 					l.flush() // a backlog is moved on submit and after results: never left behind
 				}
+				l.ringStalled()
 				if k == 0 {
 					p.checkMemory(l)
 				}
@@ -98,4 +99,19 @@ func (l *lane) heartbeat() (uint32, bool) {
 		return 0, false
 	}
 	return l.region.Heartbeat().Load(), true
+}
+
+// ringStalled rings a process lane that is parked while calls wait in its ring. The doorbell
+// protocol loses no wake; this is the backstop that lets the lane's park safety net be long
+// (parkSafetyNet), because an idle lane woken by that timer costs CPU. A false alarm (the
+// lane retiring the last slot as it is read) costs one spurious wake-up.
+func (l *lane) ringStalled() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unmapped {
+		return
+	}
+	if awake, _ := l.wake.Awake(); !awake && l.region.Requests().Unread() {
+		l.wake.Ring(l.laneBell)
+	}
 }
