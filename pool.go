@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,7 +74,7 @@ type Pool struct {
 	closeDone chan struct{}
 	closeErr  error
 
-	eventLog eventRing // the last lifecycle events, for the inspector
+	eventLog eventRing // the last lifecycle events (RecentEvents)
 	obs      *monitor  // latency windows, lane totals, metric instruments (nil: none)
 	// Events() buffers from its first call (evWanted); before it, recent holds the last
 	// transitions for it to deliver first (under evMu).
@@ -194,7 +193,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	slogger := logging.Slog(p.root)
 	tree, err := supervisor.Start(supervisor.Config{
 		Lanes: cfg.Lanes, Policy: cfg.Restart, System: cfg.ActorSystem, Parent: cfg.Parent,
-		Name:   fmt.Sprintf("knit-pool-%d-%d", os.Getpid(), p.id),
+		Name:   p.Name(),
 		Logger: actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
 	}, host{p})
 	if err != nil {
