@@ -1,10 +1,7 @@
 package knit
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -117,20 +114,4 @@ func (l *lane) ringStalled() {
 	if awake, _ := l.wake.Awake(); !awake && l.region.Requests().Unread() {
 		l.wake.Ring(l.laneBell)
 	}
-}
-
-// frozen reports whether process pid is stopped (SIGSTOP, a debugger): a spare in that state
-// would make a restart wait for nothing.
-func frozen(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) {
-		return false
-	}
-	state := stat[i+2]
-	return state == 'T' || state == 't'
 }
