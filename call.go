@@ -13,8 +13,21 @@ import (
 	"github.com/knitgo/knit/lifecycle"
 )
 
-// Future is the pending result of a call started with Task.Go.
-type Future[Out any] = actors.Future[Out]
+// Future is the pending result of a call started with Task.Go. It settles once, whatever
+// happens to the lane that runs the call; its methods may be used from many goroutines.
+// Settling it belongs to knit: a Future has no method that could.
+type Future[Out any] struct{ f actors.Future[Out] }
+
+// Wait blocks until the call settles and returns its result or its *Error.
+func (f *Future[Out]) Wait() (Out, error) { return f.f.Wait() }
+
+// Done returns a channel closed when the call has settled, for select; Wait then returns
+// at once.
+func (f *Future[Out]) Done() <-chan struct{} { return f.f.Done() }
+
+// Pending reports whether the call is still unsettled, without blocking. It drains results
+// waiting for the pool first, so that polling it sees a result as soon as it is there.
+func (f *Future[Out]) Pending() bool { return f.f.Pending() }
 
 // errTaskTimeout and errHardTimeout are the cancellation causes of a task's own Timeout
 // and HardTimeout.
@@ -83,11 +96,13 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 
 // Go starts the task on one of the pool's lanes and returns its Future at once.
 func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
-	f := actors.NewFuture[Out]()
+	fut := new(Future[Out]) // the actors.Future inside it: one allocation
+	f := actors.InitFuture(&fut.f)
 	ctx, cancel, err := t.prepare(ctx, p)
 	if err != nil {
 		t.rejected(p, err)
-		return actors.FailFuture(f, err)
+		actors.FailFuture(f, err)
+		return fut
 	}
 	r, err := t.def.Records.Alloc()
 	if err != nil {
@@ -96,7 +111,8 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		}
 		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 		t.rejected(p, err)
-		return actors.FailFuture(f, err)
+		actors.FailFuture(f, err)
+		return fut
 	}
 	r.Start(ctx, in, p.id)
 	observe(p, r, t.def.Index())
@@ -109,7 +125,8 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		if cancel != nil {
 			cancel()
 		}
-		return actors.FailFuture(f, err)
+		actors.FailFuture(f, err)
+		return fut
 	}
 	var expire func()
 	if ctx.Done() != nil {
@@ -125,10 +142,10 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		_, err = t.failure(ctx, err)
 		r.Fail(err)
 		t.def.Records.Release(r) // the dispatch reference; the future let go of its own
-		return f
+		return fut
 	}
 	l.crowded()
-	return f
+	return fut
 }
 
 // prepare checks the pool and the context, and applies the task's Timeout.

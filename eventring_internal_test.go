@@ -4,10 +4,10 @@ import "testing"
 
 func TestEventRing(t *testing.T) {
 	var r eventRing
-	if ev, missed := r.since(0); ev != nil || missed != 0 || r.last() != 0 {
+	last, changed := r.last()
+	if ev, missed := r.since(0); ev != nil || missed != 0 || last != 0 {
 		t.Fatalf("empty ring: %v, %d", ev, missed)
 	}
-	changed := r.changed()
 	r.add(Event{Lane: 0})
 	select {
 	case <-changed:
@@ -27,6 +27,9 @@ func TestEventRing(t *testing.T) {
 	}
 	if ev, missed = r.since(264); len(ev) != 2 || missed != 0 || ev[0].Seq != 265 || ev[1].Lane != 265 {
 		t.Fatalf("since(264): %+v, missed %d", ev, missed)
+	}
+	if last, _ = r.last(); last != 266 {
+		t.Fatalf("last: %d, want 266", last)
 	}
 	if ev, _ = r.since(266); ev != nil {
 		t.Fatalf("since(last): %+v", ev)

@@ -2,8 +2,6 @@ package knit
 
 import (
 	"fmt"
-	"math"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -11,6 +9,7 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
+	"github.com/knitgo/knit/lifecycle"
 )
 
 // NewUnsupervisedPool starts a pool whose lanes run without a supervision tree, for the
@@ -28,7 +27,7 @@ func NewPoolWithoutMonitor(cfg Config, tasks ...Definition) (*Pool, error) {
 }
 
 // AwaitSpares waits until the spares being started have initialised (or failed).
-func AwaitSpares(p *Pool) { p.spares.wg.Wait() }
+func AwaitSpares(p *Pool) { p.spares.Wait() }
 
 // LaneDebug is the KNIT_DEBUG value the pool's process lanes get.
 func LaneDebug(p *Pool) string { return p.laneDebug }
@@ -44,15 +43,8 @@ type ResultHarness struct {
 	l *lane
 }
 
-// noProcess is the process id a harness lane reports: above any pid_max, so that the kill
-// of its process group that a corrupt ring causes reaches no process (ESRCH).
-const noProcess = math.MaxInt32
-
 // NewResultHarness builds a process pool of one lane with no process, serving tasks.
 func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
-	if err := syscall.Kill(-noProcess, 0); err != syscall.ESRCH {
-		return nil, fmt.Errorf("process group %d: %v, want ESRCH", noProcess, err)
-	}
 	cfg := Config{Runtime: Process, Lanes: 1, CallerSpin: -1, Liveness: -1}.withDefaults()
 	nop := zap.NewNop()
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(), reaped: true,
@@ -75,7 +67,9 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	}
 	l := newLane(p, 0, 0)
 	l.region = region
-	pl := &procLane{child: &child{pid: noProcess}, ready: make(chan struct{}), exited: make(chan struct{}), gone: make(chan struct{})}
+	// The zero lifecycle.Process has no process: the kill a corrupt ring causes only
+	// records why.
+	pl := &procLane{Process: &lifecycle.Process{}, ready: make(chan struct{}), gone: make(chan struct{})}
 	close(pl.ready)
 	l.proc = pl
 	l.ring = l.newRing()
@@ -98,9 +92,7 @@ func (h *ResultHarness) Drain() int { return h.l.drain() }
 
 // Corrupt is why the host would have killed the lane as corrupt, if it would have.
 func (h *ResultHarness) Corrupt() error {
-	h.l.proc.killMu.Lock()
-	defer h.l.proc.killMu.Unlock()
-	return h.l.proc.killed.Corrupt
+	return h.l.proc.Killed().Corrupt
 }
 
 // Close ends the lane as if its process had exited: every call it still holds settles.

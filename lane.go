@@ -111,7 +111,7 @@ func (l *lane) start() error {
 		returned := false
 		defer func() {
 			if !returned { // runtime.Goexit in a task
-				l.exitErr = errGoexit
+				l.exitErr = lifecycle.ErrGoexit
 			}
 			l.end()
 		}()
@@ -140,8 +140,6 @@ func (l *lane) debugRegion(kind string) {
 		zap.Int("slots", fastpath.Slots), zap.Int("inline", layout.Inline), zap.Int("arena", layout.Arena),
 		zap.Int("abort_bits", layout.AbortBits))
 }
-
-var errGoexit = errors.New("lane goroutine exited (runtime.Goexit in a task)")
 
 // newRing builds the host end of the lane's rings over its region. A process lane's calls
 // get abort bits; a goroutine lane's are interrupted through their callers' contexts.
@@ -446,21 +444,8 @@ func (l *lane) wakeReaper() {
 // end runs once the lane's goroutine has returned: it classifies the end, fences the
 // rings and settles every call the lane held.
 func (l *lane) end() {
-	stopping := l.state.Load() == laneStopping
-	var e *Error
-	switch {
-	case stopping && l.exitErr == nil:
-		e = &Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane stopped"}
-	case stopping:
-		e = &Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane stopped", Cause: l.exitErr}
-	case errors.Is(l.exitErr, errGoexit):
-		e = &Error{Code: CodeWorkerExited, Lane: l.idx, Message: l.exitErr.Error()}
-	case l.exitErr != nil:
-		e = &Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "lane failed", Cause: l.exitErr}
-	default:
-		e = &Error{Code: CodeWorkerExited, Lane: l.idx, Message: "lane returned without a stop request"}
-		l.normal = true
-	}
+	e, normal := lifecycle.ClassifyReturn(l.idx, l.state.Load() == laneStopping, l.exitErr)
+	l.normal = normal
 	l.close(e, true)
 }
 

@@ -9,8 +9,9 @@ import (
 )
 
 // The packages depend on each other one way, top to bottom (a package may skip levels
-// downward); commands and examples sit above the root.
-var layers = []string{"cmd/", "examples/", "", "supervisor", "lifecycle", "actors", "steal", "fastpath", "internal/"}
+// downward); commands and examples sit above the root, and so does inspect, the optional
+// HTTP inspector, which uses the root's public API only.
+var layers = []string{"cmd/", "examples/", "inspect", "", "supervisor", "lifecycle", "actors", "steal", "fastpath", "internal/"}
 
 func layerOf(t *testing.T, pkg string) int {
 	rel, ok := strings.CutPrefix(pkg, "github.com/knitgo/knit")

@@ -1,11 +1,8 @@
 package knit
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -105,7 +102,7 @@ const cpuPeriod = 100000
 // poolLimits is what a pool of process lanes enforces, and how.
 type poolLimits struct {
 	mechanism LimitMechanism
-	tree      *cgroup.Tree          // nil: no cgroups
+	tree      *lifecycle.Cgroups    // nil: no cgroups
 	boot      *lifecycle.BootLimits // what each lane applies to itself
 	memory    int64                 // for classification messages
 	cpu       time.Duration         // the CPU-time limit as applied (whole seconds)
@@ -148,13 +145,13 @@ func (p *Pool) openLimits() error {
 	if l.Cgroup == CgroupRequired || (l.Cgroup == CgroupAuto && !l.zero()) {
 		p.sweepCgroups()
 		name := fmt.Sprintf("knit-%d-%d", os.Getpid(), p.id)
-		tree, err := cgroup.Open(name, cgroup.Options{Parent: l.CgroupParent}, cgroup.Limits{
+		tree, err := lifecycle.OpenCgroups(name, l.CgroupParent, lifecycle.CgroupLimits{
 			Memory: l.Memory, Pids: int64(l.Processes), CPUQuota: int64(l.CPUs * cpuPeriod), CPUPeriod: cpuPeriod,
 		})
 		switch {
 		case err == nil:
 			pl.tree = tree
-			pl.mechanism = LimitMechanism(tree.Version().String())
+			pl.mechanism = LimitMechanism(tree.Version())
 			p.log.Info("process lanes run in cgroups of their own", zap.String("mechanism", string(pl.mechanism)),
 				zap.String("cgroup", name))
 		case l.Cgroup == CgroupRequired:
@@ -204,74 +201,11 @@ func (p *Pool) closeLimits() {
 	}
 }
 
-// spawnChild starts a lane process (or a spare) in a cgroup of its own when the pool has
-// cgroups: on v2 it is born there (clone3 CLONE_INTO_CGROUP); on v1, which cannot do that,
-// the host moves it in as soon as Start returns, before it can have received a boot
-// record (a spare) or been seen ready (a lane started directly): no task of it runs
-// outside. What the process's own init code starts before then stays outside.
-func (p *Pool) spawnChild(cmd *exec.Cmd, out *laneOutput) (*child, error) {
-	tree := p.limits.tree
-	if tree == nil {
-		return startChild(cmd, out)
-	}
-	g, err := tree.New()
-	if err != nil {
-		out.close()
-		return nil, fmt.Errorf("cgroup: %w", err)
-	}
-	dir, err := g.Dir()
-	if err != nil {
-		out.close()
-		return nil, errors.Join(fmt.Errorf("cgroup: %w", err), g.Remove())
-	}
-	if dir != nil {
-		defer dir.Close()
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(dir.Fd())
-	}
-	c, err := startChild(cmd, out)
-	if err != nil {
-		return nil, errors.Join(err, g.Remove())
-	}
-	c.cg = g
-	if dir == nil {
-		if err := g.Add(c.pid); err != nil {
-			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-			<-c.waited
-			return nil, errors.Join(fmt.Errorf("placing process %d in its cgroup: %w", c.pid, err), g.Remove())
-		}
-	}
-	return c, nil
-}
-
-// dropCgroup kills what is left in the process's cgroup, descendants that left its process
-// group included, and removes the cgroup. It returns the cgroup's OOM-kill count.
-func (c *child) dropCgroup(log *zap.Logger) (oomKills uint64) {
-	if c.cg == nil {
-		return 0
-	}
-	if err := c.cg.Kill(); err != nil {
-		log.Warn("killing a lane's cgroup", zap.Int("pid", c.pid), zap.Error(err))
-	}
-	oomKills = c.cg.OOMKills()
-	if err := c.cg.Remove(); err != nil {
-		log.Warn("removing a lane's cgroup", zap.Int("pid", c.pid), zap.Error(err))
-	}
-	return oomKills
-}
-
-// limitsExit ends a lane process's cgroup and adds to its Exit what the kernel says about
-// its limits. The process has been waited for.
+// limitsExit adds to a lane process's Exit the limits it ran under. The process has been
+// waited for (lifecycle.Process.Collect added what the kernel says about them).
 func (l *lane) limitsExit(x *lifecycle.Exit) {
-	pl := l.proc
-	x.OOMKills = pl.dropCgroup(l.p.laneLog)
 	x.MemoryLimit, x.CPULimit = l.p.limits.memory, l.p.limits.cpu
 	if b := l.p.limits.boot; b != nil {
 		x.DataLimited = b.Data > 0 && b.Procs == 0 && l.p.cfg.Process.Limits.Processes == 0
-	}
-	if ps := pl.cmd.ProcessState; ps != nil {
-		x.CPUTime = ps.UserTime() + ps.SystemTime()
 	}
 }

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -59,8 +57,8 @@ type Pool struct {
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
 	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
-	spares spares      // process lanes started ahead for restarts
-	up     atomic.Bool // the first boot is over: starts may take spares (resize.go)
+	spares lifecycle.Spares // process lanes started ahead for restarts
+	up     atomic.Bool      // the first boot is over: starts may take spares (resize.go)
 
 	resizeMu sync.Mutex // serialises Resize
 
@@ -76,7 +74,7 @@ type Pool struct {
 	closeDone chan struct{}
 	closeErr  error
 
-	eventLog eventRing // the last lifecycle events, for the inspector
+	eventLog eventRing // the last lifecycle events (RecentEvents)
 	obs      *monitor  // latency windows, lane totals, metric instruments (nil: none)
 	// Events() buffers from its first call (evWanted); before it, recent holds the last
 	// transitions for it to deliver first (under evMu).
@@ -86,6 +84,8 @@ type Pool struct {
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 
 	shared *shared // a stealing pool's shared submit ring (nil: private lanes)
+
+	procs *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
 }
 
 var poolIDs atomic.Uint64
@@ -170,6 +170,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		if err := p.openLimits(); err != nil {
 			return nil, err
 		}
+		p.openProcesses()
 	}
 	if !supervised {
 		for i := range cfg.Lanes {
@@ -192,7 +193,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	slogger := logging.Slog(p.root)
 	tree, err := supervisor.Start(supervisor.Config{
 		Lanes: cfg.Lanes, Policy: cfg.Restart, System: cfg.ActorSystem, Parent: cfg.Parent,
-		Name:   fmt.Sprintf("knit-pool-%d-%d", os.Getpid(), p.id),
+		Name:   p.Name(),
 		Logger: actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
 	}, host{p})
 	if err != nil {
@@ -204,7 +205,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	p.tree = tree
 	p.up.Store(true)
 	if cfg.Runtime == Process {
-		p.refillSpares()
+		p.spares.Refill()
 		if cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0 {
 			p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
 			go p.watchdog(p.stopWatch, p.watchDone)
@@ -625,7 +626,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			p.shared.close(&Error{Code: CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()
 		}
-		p.closeSpares()
+		p.spares.Close()
 		p.closeLimits()
 		p.stopObserving()
 		p.closeEvents()
@@ -673,54 +674,7 @@ func (l *lane) stop() bool {
 	l.mu.Unlock()
 	l.kickReaper() // an idle reaper waits for the acknowledgement from now on
 	l.debug("stop requested")
-	cfg := l.p.cfg
-	acked := waitFor(cfg.StopAckTimeout, l.ended, l.acked)
-	switch {
-	case l.proc == nil && !acked:
-		l.p.obs.stopTimedOut(l.idx)
-		l.debug("stop not acknowledged: abandoning the lane", zap.Duration("waited", cfg.StopAckTimeout))
-		l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
-	case l.proc != nil && !acked:
-		l.debug("stop not acknowledged: SIGTERM to the process group", zap.Duration("waited", cfg.StopAckTimeout))
-		l.p.obs.stopTimedOut(l.idx)
-		l.p.obs.killed(l.idx, "SIGTERM", "stop_timeout")
-		_ = syscall.Kill(-l.proc.pid, syscall.SIGTERM)
-		if !waitFor(cfg.KillGrace, l.ended) {
-			l.debug("still running after SIGTERM: SIGKILL", zap.Duration("grace", cfg.KillGrace))
-			l.p.obs.killed(l.idx, "SIGKILL", "stop_timeout")
-			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
-		}
-	case l.proc != nil:
-		l.debug("stop acknowledged")
-		// Acknowledged: the process is on its way out. One that never gets there is
-		// still reaped.
-		if !waitFor(cfg.KillGrace, l.ended) {
-			l.debug("acknowledged but still running: SIGKILL", zap.Duration("grace", cfg.KillGrace))
-			l.p.obs.killed(l.idx, "SIGKILL", "exit_timeout")
-			_ = syscall.Kill(-l.proc.pid, syscall.SIGKILL)
-		}
-	default:
-		l.debug("stop acknowledged")
-	}
-	<-l.ended
-	return acked
-}
-
-// waitFor reports whether one of cs closed within d.
-func waitFor(d time.Duration, cs ...<-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for len(cs) < 2 {
-		cs = append(cs, nil)
-	}
-	select {
-	case <-cs[0]:
-		return true
-	case <-cs[1]:
-		return true
-	case <-t.C:
-		return false
-	}
+	return l.stopping().Run()
 }
 
 // LaneStats describes one lane.
@@ -750,7 +704,7 @@ func (l *lane) pid() int {
 	if l.proc == nil {
 		return 0
 	}
-	return l.proc.pid
+	return l.proc.PID()
 }
 
 // Stats describes a pool.
@@ -776,7 +730,7 @@ type Stats struct {
 // Stats returns a snapshot of the pool's lanes.
 func (p *Pool) Stats() Stats {
 	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
-		DroppedEvents: p.dropped.Load(), Spares: p.sparePIDs()}
+		DroppedEvents: p.dropped.Load(), Spares: p.spares.PIDs()}
 	s.Limits = p.limits.mechanism
 	for i := range p.laneCount() {
 		ls := LaneStats{Lane: i}

@@ -72,7 +72,7 @@ func (p *Pool) checkMemory(l *lane) {
 	if max <= 0 || l.proc == nil || l.state.Load() != laneReady || p.closing.Load() {
 		return
 	}
-	rss, err := procfs.RSS(l.proc.pid) // /proc/PID/statm: one small read
+	rss, err := procfs.RSS(l.proc.PID()) // /proc/PID/statm: one small read
 	if err != nil || rss <= max {
 		return
 	}

@@ -1,10 +1,7 @@
 package knit
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -66,6 +63,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 				if l.ring.Queued() > 0 {
 					l.flush() // a backlog is moved on submit and after results: never left behind
 				}
+				l.ringStalled()
 				if k == 0 {
 					p.checkMemory(l)
 				}
@@ -103,18 +101,17 @@ func (l *lane) heartbeat() (uint32, bool) {
 	return l.region.Heartbeat().Load(), true
 }
 
-// frozen reports whether process pid is stopped (SIGSTOP, a debugger): a spare in that state
-// would make a restart wait for nothing.
-func frozen(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
+// ringStalled rings a process lane that is parked while calls wait in its ring. The doorbell
+// protocol loses no wake; this is the backstop that lets the lane's park safety net be long
+// (parkSafetyNet), because an idle lane woken by that timer costs CPU. A false alarm (the
+// lane retiring the last slot as it is read) costs one spurious wake-up.
+func (l *lane) ringStalled() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unmapped {
+		return
 	}
-	// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) {
-		return false
+	if awake, _ := l.wake.Awake(); !awake && l.region.Requests().Unread() {
+		l.wake.Ring(l.laneBell)
 	}
-	state := stat[i+2]
-	return state == 'T' || state == 't'
 }

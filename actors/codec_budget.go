@@ -83,6 +83,19 @@ const (
 	anyTag   = 48
 )
 
+// Fixed costs the decoder pays whatever the payload's size says (measured the same way,
+// with room to spare): an item that does not fit its Go type makes an error value, and the
+// decoder goes on to the next item, so a payload of misfits pays for every one; a slice
+// header escapes to the heap; a time, big.Int or unmarshaler leaf allocates as it parses (a
+// time with an odd zone offset makes a Location); a struct map with keys no field has
+// keeps them in a map of its own (duplicate detection), each boxed.
+const (
+	errCost   = 160
+	sliceHdr  = 48
+	leafCost  = 192
+	unknownKV = anyBox + 24
+)
+
 // mapCost bounds what a Go map made for n entries of k+v bytes each costs (swiss tables:
 // groups of 8 slots at most 7/8 full, rounded up to a power of two, plus headers).
 // It saturates at math.MaxInt, which no budget admits.
@@ -207,7 +220,7 @@ func (w *budgetWalk) value(t reflect.Type, depth int) error {
 			return nil
 		}
 		t = t.Elem()
-		if err := w.charge(int(t.Size())); err != nil {
+		if err := w.charge(allocSize(int(t.Size()))); err != nil {
 			return err
 		}
 	}
@@ -215,10 +228,13 @@ func (w *budgetWalk) value(t reflect.Type, depth int) error {
 		return w.any(depth, true)
 	}
 	if leaf, _ := cborLeaf(t); leaf || cborSelfCoded(t) {
+		if err := w.charge(leafCost); err != nil {
+			return err
+		}
 		return w.skip(depth)
 	}
 	start := w.off
-	major, _, arg, err := w.head()
+	major, ai, arg, err := w.head()
 	if err != nil {
 		return err
 	}
@@ -228,7 +244,7 @@ func (w *budgetWalk) value(t reflect.Type, depth int) error {
 				return err
 			}
 		}
-		if major, _, arg, err = w.head(); err != nil {
+		if major, ai, arg, err = w.head(); err != nil {
 			return err
 		}
 	}
@@ -237,6 +253,11 @@ func (w *budgetWalk) value(t reflect.Type, depth int) error {
 		n, err := w.str(arg)
 		if err != nil {
 			return err
+		}
+		if !stringFits(t, major) {
+			n += errCost
+		} else if major == 2 && t.Kind() == reflect.Slice {
+			n += sliceHdr
 		}
 		return w.charge(n)
 	case major == 4 && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
@@ -251,7 +272,7 @@ func (w *budgetWalk) value(t reflect.Type, depth int) error {
 			if uint64(n) > uint64(w.max-w.used)/uint64(max(t.Elem().Size(), 1)) {
 				return w.charge(-1)
 			}
-			if err := w.charge(n * int(t.Elem().Size())); err != nil {
+			if err := w.charge(allocSize(n*int(t.Elem().Size())) + sliceHdr); err != nil {
 				return err
 			}
 		}
@@ -315,15 +336,34 @@ func (w *budgetWalk) value(t reflect.Type, depth int) error {
 			return err
 		}
 		fields := cborFields(t)
+		var seen uint64 // fields met so far (the first 64): a second one is a duplicate
+		unknown := false
 		for range n {
-			f, ok, err := w.key(fields)
+			keyAt := w.off
+			i, ok, err := w.key(fields)
 			if err != nil {
 				return err
 			}
 			if !ok {
+				// Keys no field has are kept for duplicate detection: the first makes a
+				// map for the rest of the pairs, each is boxed with its bytes.
+				extra := unknownKV + w.off - keyAt
+				if !unknown {
+					unknown, extra = true, extra+mapCost(n, 32)
+				}
+				if err := w.charge(extra); err != nil {
+					return err
+				}
 				err = w.skip(depth)
 			} else {
-				err = w.field(t, f, depth)
+				if i >= 64 || seen&(1<<i) != 0 {
+					if err := w.charge(errCost); err != nil {
+						return err
+					}
+				} else {
+					seen |= 1 << i
+				}
+				err = w.field(t, fields[i], depth)
 			}
 			if err != nil {
 				return err
@@ -331,10 +371,57 @@ func (w *budgetWalk) value(t reflect.Type, depth int) error {
 		}
 		return nil
 	}
-	// Anything else does not fit t: the decoder reports it without allocating more than a
-	// copy. Walk it to its end.
+	// A number, a simple value, or anything that does not fit t (the decoder reports a misfit
+	// with an error value and goes on). Walk it to its end.
+	if !scalarFits(t, major, ai, arg) {
+		if err := w.charge(errCost); err != nil {
+			return err
+		}
+	}
 	w.off = start
 	return w.skip(depth)
+}
+
+// allocSize bounds what the allocator takes for an object of n bytes: small objects by
+// size class (at most a quarter more: 4105 bytes take 4864), large ones by whole pages.
+func allocSize(n int) int {
+	if n > 32<<10 {
+		return (n + 8<<10 - 1) &^ (8<<10 - 1)
+	}
+	return n + n/4
+}
+
+// stringFits reports whether a text (major 3) or byte string (major 2) decodes into t
+// without an error value.
+func stringFits(t reflect.Type, major byte) bool {
+	switch t.Kind() {
+	case reflect.String:
+		return major == 3
+	case reflect.Slice, reflect.Array:
+		return major == 2 && t.Elem().Kind() == reflect.Uint8
+	}
+	return false
+}
+
+// scalarFits reports whether an item of major type 0, 1 or 7 (with its additional info and
+// argument) decodes into t without an error value. Containers and strings never reach it
+// fitting, so it reports false for them.
+func scalarFits(t reflect.Type, major, ai byte, arg uint64) bool {
+	if major == 7 && (ai == 22 || ai == 23) { // null, undefined: the zero value
+		return true
+	}
+	switch k := t.Kind(); {
+	case k >= reflect.Int && k <= reflect.Int64:
+		return (major == 0 || major == 1) && arg <= uint64(1)<<(t.Bits()-1)-1
+	case k >= reflect.Uint && k <= reflect.Uintptr:
+		return major == 0 && (t.Bits() == 64 || arg < uint64(1)<<t.Bits())
+	case k == reflect.Float32, k == reflect.Float64:
+		// A float64 may overflow a float32: count every double as a misfit there.
+		return major == 0 || major == 1 || major == 7 && ai >= 25 && ai <= 27 && (k == reflect.Float64 || ai < 27)
+	case k == reflect.Bool:
+		return major == 7 && (ai == 20 || ai == 21)
+	}
+	return false
 }
 
 func (w *budgetWalk) field(t reflect.Type, f cborField, depth int) error {
@@ -344,46 +431,46 @@ func (w *budgetWalk) field(t reflect.Type, f cborField, depth int) error {
 	return w.value(f.typ, depth)
 }
 
-// key reads a struct's map key and finds its field as fxamacker/cbor does: by exact name,
+// key reads a struct's map key and finds its field's index as fxamacker/cbor does: by exact name,
 // then ignoring case, or by integer for keyasint fields.
-func (w *budgetWalk) key(fields []cborField) (cborField, bool, error) {
+func (w *budgetWalk) key(fields []cborField) (int, bool, error) {
 	start := w.off
 	major, _, arg, err := w.head()
 	if err != nil {
-		return cborField{}, false, err
+		return 0, false, err
 	}
 	switch major {
 	case 3:
 		s := w.off
 		if _, err := w.str(arg); err != nil {
-			return cborField{}, false, err
+			return 0, false, err
 		}
 		name := w.b[s:w.off]
-		for _, f := range fields {
+		for i, f := range fields {
 			if !f.keyAsInt && f.name == string(name) {
-				return f, true, nil
+				return i, true, nil
 			}
 		}
-		for _, f := range fields {
+		for i, f := range fields {
 			if !f.keyAsInt && equalFold(f.name, name) {
-				return f, true, nil
+				return i, true, nil
 			}
 		}
-		return cborField{}, false, nil
+		return 0, false, nil
 	case 0, 1:
 		n := int64(arg)
 		if major == 1 {
 			n = -1 - n
 		}
-		for _, f := range fields {
+		for i, f := range fields {
 			if f.keyAsInt && f.nameInt == n {
-				return f, true, nil
+				return i, true, nil
 			}
 		}
-		return cborField{}, false, nil
+		return 0, false, nil
 	}
 	w.off = start
-	return cborField{}, false, w.skip(0)
+	return 0, false, w.skip(0)
 }
 
 func equalFold(a string, b []byte) bool {

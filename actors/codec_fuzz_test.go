@@ -197,6 +197,19 @@ func FuzzDecodeBudget(f *testing.F) {
 	f.Add(forged(300))
 	f.Add(append([]byte{0x99, 0x02, 0x00}, bytes.Repeat([]byte{0xa0}, 0x200)...))
 	f.Add(append([]byte{0x99, 0x02, 0x00}, bytes.Repeat([]byte{0xf6}, 0x200)...))
+	// Fixed costs that do not grow with the payload, repeated in a []fuzzRecord: a key no
+	// field has, a misfit, a duplicate field, a time with an odd zone, empty slices.
+	for _, elem := range [][]byte{
+		{0xa1, 0x61, 'z', 0x01},
+		{0xa2, 0x61, 'z', 0x01, 0x61, 'y', 0x01},
+		{0xa1, 0x61, 'N', 0xa0},
+		{0xa2, 0x61, 'n', 0x01, 0x61, 'N', 0x02},
+		append([]byte{0xa1, 0x64, 'W', 'h', 'e', 'n', 0x78, 25}, "2006-01-02T15:04:05+01:01"...),
+		{0xa1, 0x64, 'G', 'r', 'i', 'd', 0x82, 0x80, 0x80},
+		{0xa1, 0x64, 'T', 'a', 'g', 's', 0x81, 0x40},
+	} {
+		f.Add(append([]byte{0x99, 0x01, 0x00}, bytes.Repeat(elem, 0x100)...))
+	}
 	// Warm fxamacker/cbor's type caches, which allocate once per type.
 	for _, b := range [][]byte{{0x80}, {0xa0}, {0x81, 0xa0}} {
 		_, _ = arrays.Decode(b)
@@ -220,7 +233,14 @@ func FuzzDecodeBudget(f *testing.F) {
 			"[]fuzzRecord":       func() { _, _ = recs.Decode(in) },
 			"nested":             func() { _, _ = nested.Decode(in) },
 		} {
-			if got := heapAllocated(decode); got > limit {
+			// The count moves by whole spans, and now and then by a few hundred KB more
+			// (3000 decodes of one 8 KB payload: 1.26-1.39 MB, once 1.54 MB): an overrun
+			// must show in three tries, as a real one does.
+			got := heapAllocated(decode)
+			for try := 0; try < 2 && got > limit; try++ {
+				got = min(got, heapAllocated(decode))
+			}
+			if got > limit {
 				t.Fatalf("%s: decoding %d bytes allocated %d bytes, budget %d", name, len(in), got, limit)
 			}
 		}

@@ -695,7 +695,7 @@ func TestFitWireError(t *testing.T) {
 }
 
 func TestPanicError(t *testing.T) {
-	task := Define("test.actors.panic", func(context.Context, string) (int, error) { panic("secret-free message") }, Options{})
+	task := defineTest(t, func(context.Context, string) (int, error) { panic("secret-free message") }, Options{})
 	out, o := task.RunEncoded(context.Background(), []byte("x"), nil)
 	if o != Panicked {
 		t.Fatalf("outcome %v", o)
@@ -720,7 +720,7 @@ func TestPanicError(t *testing.T) {
 		t.Error("AsPanic of a *PanicError is not itself")
 	}
 	// A task whose output does not encode reports an input/output code, not a crash.
-	cyc := Define("test.actors.cyclic", func(context.Context, int) (*node, error) {
+	cyc := defineTest(t, func(context.Context, int) (*node, error) {
 		n := &node{}
 		n.Next = n
 		return n, nil

@@ -41,8 +41,11 @@ type Helper interface {
 type Pender interface{ Pending() bool }
 
 // NewFuture returns an unsettled Future.
-func NewFuture[Out any]() *Future[Out] {
-	f := &Future[Out]{}
+func NewFuture[Out any]() *Future[Out] { return InitFuture(&Future[Out]{}) }
+
+// InitFuture makes f, a zero Future (one embedded in a caller's own type, so that the pair
+// is one allocation), unsettled, and returns it.
+func InitFuture[Out any](f *Future[Out]) *Future[Out] {
 	f.wg.Add(1)
 	return f
 }

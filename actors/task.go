@@ -138,16 +138,6 @@ func Lookup(name string) (Def, bool) {
 	return d, ok
 }
 
-// ByIndex returns the task with registry index i.
-func ByIndex(i uint32) (Def, bool) {
-	registry.RLock()
-	defer registry.RUnlock()
-	if int(i) >= len(registry.list) {
-		return nil, false
-	}
-	return registry.list[i], true
-}
-
 // All returns every registered task in index order.
 func All() []Def {
 	registry.RLock()

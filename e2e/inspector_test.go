@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/inspect"
 )
 
 var square = knit.Define("e2e.square", func(_ context.Context, n int64) (int64, error) { return n * n, nil })
@@ -34,7 +35,7 @@ func TestInspectorPage(t *testing.T) {
 	}
 	defer pool.Close(context.Background())
 	mux := http.NewServeMux()
-	mux.Handle("/debug/knit/", http.StripPrefix("/debug/knit", knit.Inspector(pool)))
+	mux.Handle("/debug/knit/", http.StripPrefix("/debug/knit", inspect.Handler(pool)))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

@@ -285,6 +285,11 @@ func (p *Producer) Release(i int) {
 	}
 }
 
+// Unread reports whether the ring holds a published slot its consumer has not retired. It
+// reads the two shared words only, so anyone may call it beside the producer and the
+// consumer; the answer is a hint (the consumer may be retiring the slot as it is read).
+func (r Ring) Unread() bool { return r.prodWord().Load() != r.consWord().Load() }
+
 // Pending reports how many slots are in flight as far as the producer knows.
 func (p *Producer) Pending() int { return bits.OnesCount32(p.local ^ p.shadow) }
 

@@ -343,3 +343,25 @@ func TestReserveAnySkipsBusySlots(t *testing.T) {
 		t.Fatal("Reserve handed out a slot of a full ring")
 	}
 }
+
+func TestRingUnread(t *testing.T) {
+	r := newTestRegion(t, Layout{Arena: 4096})
+	ring := r.Requests()
+	p, c := ring.Producer(), ring.Consumer()
+	if ring.Unread() {
+		t.Fatal("a fresh ring reports an unread slot")
+	}
+	s, _ := p.Reserve()
+	p.Stage(s)
+	if ring.Unread() {
+		t.Fatal("a staged, unpublished slot reads as unread")
+	}
+	p.Flush()
+	if !ring.Unread() {
+		t.Fatal("a published slot does not read as unread")
+	}
+	c.Retire(c.Poll())
+	if ring.Unread() {
+		t.Fatal("a retired slot still reads as unread")
+	}
+}

@@ -25,7 +25,7 @@ const (
 	EnvBoot = "KNIT_BOOT" // the boot record, JSON
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
-	// It waits on FDRegion, a unix socket, for its record and descriptors (see Assignment).
+	// It waits on FDRegion, a unix socket, for its record and descriptors (see Launcher.Assign).
 	// Its value is "1" when the socket is inherited, or the rendezvous (shm.Dial) where the
 	// spare connects for it.
 	EnvSpare = "KNIT_SPARE"
@@ -418,20 +418,9 @@ func (w *abortWatch) stop() {
 // errNotNeeded is a spare's host closing its socket: the spare was never needed.
 var errNotNeeded = errors.New("not needed")
 
-// Assignment is what the host sends a spare, in one message on its socket, once the spare has
-// reported itself initialised with a one-byte message: the boot record as the message, the
-// region's memfd and the completion eventfd as SCM_RIGHTS. A spare has its socket, so it
-// gets its descriptors this way in either shared-memory mode.
-func Assignment(record []byte, region, done *os.File, more ...*os.File) (msg, oob []byte) {
-	fds := []int{int(region.Fd()), int(done.Fd())}
-	for _, f := range more { // a stealing pool's shared ring
-		fds = append(fds, int(f.Fd()))
-	}
-	return record, unix.UnixRights(fds...)
-}
-
-// awaitAssignment makes a spare a lane: it waits for its Assignment and puts the record and
-// descriptors where a lane started directly finds them (EnvBoot, FDRegion, FDDone).
+// awaitAssignment makes a spare a lane: it waits for its assignment (Launcher.Assign) and
+// puts the record and descriptors where a lane started directly finds them (EnvBoot,
+// FDRegion, FDDone).
 func awaitAssignment() error {
 	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
 		conn, err := shm.Dial(name)

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -39,6 +40,28 @@ type Exit struct {
 	// DataLimited: its memory limit was RLIMIT_DATA, which counts thread stacks; and no
 	// process limit was set. A cgo lane that cannot create a thread then ran out of memory.
 	DataLimited bool
+}
+
+// ErrGoexit is the end of a goroutine lane whose task called runtime.Goexit: its executor
+// never returned.
+var ErrGoexit = errors.New("lane goroutine exited (runtime.Goexit in a task)")
+
+// ClassifyReturn is Classify for a goroutine lane, whose executor returned err (ErrGoexit:
+// it never returned); stopping: the host had asked it to stop. THREAD_CLOSED after a stop
+// request; WORKER_EXITED for Goexit or a return without a stop request, which alone is
+// normal (an end on its own with success); WORKER_CRASHED for an error.
+func ClassifyReturn(lane int, stopping bool, err error) (e *Error, normal bool) {
+	switch {
+	case stopping && err == nil:
+		return &Error{Code: CodeThreadClosed, Lane: lane, Message: "lane stopped"}, false
+	case stopping:
+		return &Error{Code: CodeThreadClosed, Lane: lane, Message: "lane stopped", Cause: err}, false
+	case errors.Is(err, ErrGoexit):
+		return &Error{Code: CodeWorkerExited, Lane: lane, Message: err.Error()}, false
+	case err != nil:
+		return &Error{Code: CodeWorkerCrashed, Lane: lane, Message: "lane failed", Cause: err}, false
+	}
+	return &Error{Code: CodeWorkerExited, Lane: lane, Message: "lane returned without a stop request"}, true
 }
 
 // Bounds on the lane's text in an error message: lines, bytes per line.

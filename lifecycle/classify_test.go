@@ -241,3 +241,29 @@ func FuzzCrashReport(f *testing.F) {
 		_ = Classify(Exit{Ready: true, Status: 2, Failure: c.Failure(), Crash: c.Crash()}).Error()
 	})
 }
+
+func TestClassifyReturn(t *testing.T) {
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		name     string
+		stopping bool
+		err      error
+		code     Code
+		normal   bool
+	}{
+		{"stopped", true, nil, CodeThreadClosed, false},
+		{"stopped with an error", true, boom, CodeThreadClosed, false},
+		{"stopped by Goexit", true, ErrGoexit, CodeThreadClosed, false},
+		{"Goexit", false, ErrGoexit, CodeWorkerExited, false},
+		{"failed", false, boom, CodeWorkerCrashed, false},
+		{"returned", false, nil, CodeWorkerExited, true},
+	} {
+		e, normal := ClassifyReturn(4, c.stopping, c.err)
+		if e.Code != c.code || normal != c.normal || e.Lane != 4 {
+			t.Errorf("%s: %v (lane %d), normal %v; want %s, %v", c.name, e, e.Lane, normal, c.code, c.normal)
+		}
+		if c.err != nil && c.err != ErrGoexit && !errors.Is(e, boom) {
+			t.Errorf("%s: %v does not wrap the lane's error", c.name, e)
+		}
+	}
+}

@@ -1,4 +1,10 @@
-// Package lifecycle holds lane states, the boot handshake (with the sandbox a lane applies to
-// itself before it serves), the stop protocol and exit classification into coded errors. It must never touch slot words directly: the fast path
-// belongs to fastpath.
+// Package lifecycle holds a lane's life outside the fast path: lane states, both halves of
+// the process boot protocol (the lane's Serve, with the sandbox and limits it applies to
+// itself before it serves; the host's Launcher, Process and Spares, which start, hand over
+// to, kill and wait for lane processes, and the Output relay of what they print), the stop
+// protocol and exit classification into coded errors.
+//
+// It must never touch slot words directly: the fast path belongs to fastpath. It never sees
+// a pool: what it needs from one (the lane command, loggers, cgroups, a metrics hook) is
+// given in a Launcher's fields.
 package lifecycle

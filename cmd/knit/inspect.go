@@ -28,7 +28,7 @@ import (
 
 const inspectUsage = `Usage: knit inspect [-once] [-interval d] URL
 
-Shows the pool behind a knit inspector (knit.Inspector) at URL, the address of its page:
+Shows the pool behind a knit inspector (inspect.Handler) at URL, the address of its page:
 every lane with its state, process, incarnation, calls in flight and in the backlog,
 counters and memory, the pool's Stats fields such as per-task latency, and the latest
 lifecycle transitions. On a terminal the view is redrawn in place as the pool changes,

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/inspect"
 )
 
 func TestMain(m *testing.M) {
@@ -29,7 +30,7 @@ func inspectedPool(t *testing.T, lanes int) (*knit.Pool, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
-	srv := httptest.NewServer(knit.Inspector(p))
+	srv := httptest.NewServer(inspect.Handler(p))
 	t.Cleanup(srv.Close)
 	return p, srv
 }

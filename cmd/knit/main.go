@@ -1,7 +1,7 @@
 // Command knit is knit's command-line tool. Its subcommand demo walks a pool of goroutine
 // lanes and a pool of process lanes through their lifecycle — calls, crashes, how each
 // crash is classified and how the supervisor restarts the lane — with every step logged
-// through zap, and serves the pools' live inspector (knit.Inspector) while it runs;
+// through zap, and serves the pools' live inspector (inspect.Handler) while it runs;
 // inspect shows a running pool's inspector in a terminal.
 //
 //	go run ./cmd/knit demo
@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/inspect"
 )
 
 // The demo's tasks. Like every knit task they are defined at package level, so that the
@@ -207,20 +208,20 @@ func demo(log, knitLog *zap.Logger, opts demoOptions) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	inspect, err := serveInspector(log, opts.addr)
+	ui, err := serveInspector(log, opts.addr)
 	if err != nil {
 		return err
 	}
-	defer inspect.close()
-	restarts, err := goroutineDemo(ctx, log, knitLog, inspect)
+	defer ui.close()
+	restarts, err := goroutineDemo(ctx, log, knitLog, ui)
 	if err != nil {
 		return err
 	}
 	var hold func(*knit.Pool)
 	if opts.hold {
-		hold = func(p *knit.Pool) { holdPool(log, p, inspect.url) }
+		hold = func(p *knit.Pool) { holdPool(log, p, ui.url) }
 	}
-	procRestarts, err := processDemo(ctx, log, knitLog, inspect, hold)
+	procRestarts, err := processDemo(ctx, log, knitLog, ui, hold)
 	if err != nil {
 		return err
 	}
@@ -233,7 +234,7 @@ func demo(log, knitLog *zap.Logger, opts demoOptions) error {
 // goroutineDemo runs calls, a panicking task and a lane exit on goroutine lanes, waits for
 // the supervisor to restart the lane that exited, and closes the pool. It returns the
 // number of restarts.
-func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger, inspect *inspectorServer) (int, error) {
+func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger, ui *inspectorServer) (int, error) {
 	const lanes = 4
 	log.Info("pool starting", zap.Int("lanes", lanes), zap.Stringer("runtime", knit.Goroutine))
 	// The zero Restart policy: a lane that crashes or exits on its own (Transient) is
@@ -243,7 +244,7 @@ func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger, inspect *inspe
 	if err != nil {
 		return 0, fmt.Errorf("NewPool: %w", err)
 	}
-	inspect.show(pool)
+	ui.show(pool)
 	closed := false
 	defer func() {
 		if !closed {
@@ -324,7 +325,7 @@ func goroutineDemo(ctx context.Context, log, knitLog *zap.Logger, inspect *inspe
 // task crashes lane 1's process; the supervisor starts a new process for lane 1; then the
 // demo SIGKILLs lane 0 under the waiting call, which runs again on the live lane: lane 1's
 // new process. It returns the number of restarts.
-func processDemo(ctx context.Context, log, knitLog *zap.Logger, inspect *inspectorServer, hold func(*knit.Pool)) (int, error) {
+func processDemo(ctx context.Context, log, knitLog *zap.Logger, ui *inspectorServer, hold func(*knit.Pool)) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second) // a knit that misbehaves fails the demo, never hangs it
 	defer cancel()
 	log.Info("process pool starting", zap.Int("lanes", 2), zap.Stringer("runtime", knit.Process))
@@ -346,7 +347,7 @@ func processDemo(ctx context.Context, log, knitLog *zap.Logger, inspect *inspect
 		return 0, fmt.Errorf("NewPool(process): %w", err)
 	}
 	defer pool.Close(context.Background())
-	inspect.show(pool)
+	ui.show(pool)
 	first := pool.Stats().Lanes // the lanes' first processes
 	for _, l := range first {
 		log.Info("process lane ready", zap.Int("lane", l.Lane), zap.Int("pid", l.PID))
@@ -616,7 +617,7 @@ func serveInspector(log *zap.Logger, addr string) (*inspectorServer, error) {
 // when the previous pool closes, find the new one when they connect again.
 func (s *inspectorServer) show(p *knit.Pool) {
 	if s.srv != nil {
-		h := knit.Inspector(p)
+		h := inspect.Handler(p)
 		s.current.Store(&h)
 	}
 }

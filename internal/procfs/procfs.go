@@ -1,5 +1,6 @@
-// Package procfs reads what the inspector shows about a process from /proc: its resident
-// memory. It only reads; it never signals or changes a process, and it never panics on
+// Package procfs reads what knit needs to know about a process from /proc: its resident
+// memory (the inspector, MaxLaneMemory), its state and its parent (spares, rendezvous
+// peers). It only reads; it never signals or changes a process, and it never panics on
 // what it reads (a process may end, and its pid be reused, between any two reads).
 package procfs
 
@@ -42,4 +43,30 @@ func residentPages(b []byte) (int64, error) {
 		return 0, fmt.Errorf("%w: resident %q", ErrFormat, f[1])
 	}
 	return n, nil
+}
+
+// Stat is the state letter and parent pid of process pid, from /proc/<pid>/stat.
+func Stat(pid int) (state byte, ppid int, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseStat(b)
+}
+
+// parseStat reads "pid (comm) state ppid ...": comm may hold anything, spaces and
+// parentheses included, but ends at the last ')'.
+func parseStat(b []byte) (state byte, ppid int, err error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, errors.New("procfs: malformed stat: no command")
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 {
+		return 0, 0, fmt.Errorf("procfs: malformed stat: %d fields after the command", len(f))
+	}
+	if ppid, err = strconv.Atoi(string(f[1])); err != nil {
+		return 0, 0, fmt.Errorf("procfs: malformed stat: ppid %q", f[1])
+	}
+	return f[0][0], ppid, nil
 }

@@ -56,3 +56,34 @@ func FuzzResidentPages(f *testing.F) {
 		}
 	})
 }
+
+func TestStatOfThisProcess(t *testing.T) {
+	state, ppid, err := Stat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ppid != os.Getppid() || state != 'R' && state != 'S' {
+		t.Fatalf("Stat = %q, %d; want running or sleeping, parent %d", state, ppid, os.Getppid())
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		state byte
+		ppid  int
+		ok    bool
+	}{
+		{"42 (sh) S 7 42 42 0", 'S', 7, true},
+		{"42 (a) b) (c) T 9 1", 'T', 9, true}, // the command holds parentheses and spaces
+		{"42 (sh)", 0, 0, false},
+		{"42 (sh) S x", 0, 0, false},
+		{"42 sh S 7", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		state, ppid, err := parseStat([]byte(c.in))
+		if (err == nil) != c.ok || state != c.state || ppid != c.ppid {
+			t.Errorf("parseStat(%q) = %q, %d, %v", c.in, state, ppid, err)
+		}
+	}
+}

@@ -299,3 +299,15 @@ func alive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
 }
+
+// SocketPair makes a connected pair of unix sockets (SOCK_SEQPACKET, close-on-exec) for a
+// host and one process it starts: the host's end is non-blocking, so that its deadlines
+// work; the other end is blocking, for a process that uses it with plain system calls.
+func SocketPair() (host, peer *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	_ = unix.SetNonblock(fds[0], true) // the host's end goes through the netpoller: deadlines work
+	return os.NewFile(uintptr(fds[0]), "knit-spare"), os.NewFile(uintptr(fds[1]), "knit-spare-lane"), nil
+}

@@ -55,3 +55,6 @@ func Collect(name string, n int) ([]*os.File, error) { return nil, ErrUnsupporte
 
 // Sweep does nothing on this platform.
 func Sweep() ([]string, error) { return nil, nil }
+
+// SocketPair returns ErrUnsupported.
+func SocketPair() (host, peer *os.File, err error) { return nil, nil, ErrUnsupported }

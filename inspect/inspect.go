@@ -1,4 +1,11 @@
-package knit
+// Package inspect serves a knit pool's live inspector over HTTP: an HTML page that updates
+// itself over server-sent events, and the JSON it is drawn from, as net/http/pprof serves a
+// program's profiles. It reads only what knit's public API offers (Stats, RecentEvents,
+// LastEvent, Config) and /proc: an optional part of an operator's toolbox, kept out of the
+// package every knit program imports.
+//
+// It must never hold a lock of the pool while it writes to a client, nor change the pool.
+package inspect
 
 import (
 	_ "embed"
@@ -13,14 +20,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/knitgo/knit"
 	"github.com/knitgo/knit/internal/procfs"
 )
 
-// Inspector returns an http.Handler that shows p live, as net/http/pprof shows a program:
+// Handler returns an http.Handler that shows p live, as net/http/pprof shows a program:
 // an HTML page that updates itself over server-sent events, and the JSON it is drawn from.
 // Mount it under a prefix of your choice:
 //
-//	mux.Handle("/debug/knit/", http.StripPrefix("/debug/knit", knit.Inspector(pool)))
+//	mux.Handle("/debug/knit/", http.StripPrefix("/debug/knit", inspect.Handler(pool)))
 //
 // It serves, relative to where it is mounted:
 //
@@ -44,11 +52,11 @@ import (
 //
 // The inspector shows task names, pids, error reasons and configuration: serve it only
 // where operators, not the public, can reach it.
-func Inspector(p *Pool) http.Handler {
+func Handler(p *knit.Pool) http.Handler {
 	if p == nil {
-		panic("knit.Inspector: nil pool")
+		panic("inspect.Handler: nil pool")
 	}
-	return &inspector{p: p, name: fmt.Sprintf("knit-pool-%d-%d", os.Getpid(), p.id)}
+	return &inspector{p: p, name: p.Name()}
 }
 
 //go:embed ui/inspector.html
@@ -68,7 +76,7 @@ const (
 var inspectWriteTimeout = 10 * time.Second
 
 type inspector struct {
-	p       *Pool
+	p       *knit.Pool
 	name    string
 	streams atomic.Int32
 
@@ -81,14 +89,14 @@ type inspector struct {
 // inspectStats is Stats as the inspector serves it: the whole value, so that fields added
 // to Stats show up by themselves, with memory added to the lanes and the host.
 type inspectStats struct {
-	Stats
+	knit.Stats
 	Lanes []inspectLane // shadows Stats.Lanes
 	Host  inspectProcess
 }
 
 // inspectLane is a lane's LaneStats and, for a process lane, its resident memory.
 type inspectLane struct {
-	LaneStats
+	knit.LaneStats
 	RSS int64 `json:",omitempty"` // bytes, from /proc/<pid>/statm
 }
 
@@ -102,7 +110,7 @@ type inspectSnapshot struct {
 	Pool   string
 	Time   time.Time
 	Stats  json.RawMessage
-	Events []seqEvent
+	Events []knit.NumberedEvent
 	Missed uint64 `json:",omitempty"` // events after the requested one the ring no longer holds
 	Final  bool   `json:",omitempty"` // the pool is closed: the stream ends with this message
 }
@@ -132,7 +140,8 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
 		_, _ = w.Write(inspectorPage)
 	case "stats":
-		writeJSON(w, json.RawMessage(in.statsJSON(in.p.eventLog.last())))
+		seq, _ := in.p.LastEvent()
+		writeJSON(w, json.RawMessage(in.statsJSON(seq)))
 	case "lanes":
 		writeJSON(w, in.lanes(in.p.Stats()))
 	case "events":
@@ -141,25 +150,34 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		events, missed := in.p.eventLog.since(since)
+		events, missed := in.p.RecentEvents(since)
 		writeJSON(w, struct {
-			Events []seqEvent
+			Events []knit.NumberedEvent
 			Missed uint64 `json:",omitempty"`
 		}{nonNil(events), missed})
 	case "config":
-		writeJSON(w, configView(in.p.cfg))
+		writeJSON(w, configView(in.p.Config()))
 	case "snapshot":
 		since, err := parseSince(r)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		snap, _ := in.snapshot(since, isClosed(in.p.closeDone))
+		snap, _ := in.snapshot(since, isClosed(in.p.Closed()))
 		writeJSON(w, snap)
 	case "stream":
 		in.stream(w, r)
 	default:
 		http.NotFound(w, r)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -192,15 +210,15 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-func nonNil(e []seqEvent) []seqEvent {
+func nonNil(e []knit.NumberedEvent) []knit.NumberedEvent {
 	if e == nil {
-		return []seqEvent{}
+		return []knit.NumberedEvent{}
 	}
 	return e
 }
 
 // lanes adds memory to the lanes of s.
-func (in *inspector) lanes(s Stats) []inspectLane {
+func (in *inspector) lanes(s knit.Stats) []inspectLane {
 	lanes := make([]inspectLane, len(s.Lanes))
 	for i, l := range s.Lanes {
 		lanes[i].LaneStats = l
@@ -220,7 +238,7 @@ func (in *inspector) statsJSON(seq uint64) json.RawMessage {
 	if in.stats != nil && in.statsSeq >= seq && time.Since(in.statsAt) < inspectStatsMaxAge {
 		return in.stats
 	}
-	seq = in.p.eventLog.last() // before Stats: a later event makes this snapshot stale
+	seq, _ = in.p.LastEvent() // before Stats: a later event makes this snapshot stale
 	s := in.p.Stats()
 	host := inspectProcess{PID: os.Getpid()}
 	host.RSS, _ = procfs.RSS(host.PID)
@@ -235,7 +253,7 @@ func (in *inspector) statsJSON(seq uint64) json.RawMessage {
 // snapshot is the stats and the events after since; it returns the number of the last
 // event it carries (since, if none).
 func (in *inspector) snapshot(since uint64, final bool) (inspectSnapshot, uint64) {
-	events, missed := in.p.eventLog.since(since)
+	events, missed := in.p.RecentEvents(since)
 	last := since
 	if n := len(events); n > 0 {
 		last = events[n-1].Seq
@@ -284,8 +302,8 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 	}()
 	var seq uint64
 	for {
-		changed := in.p.eventLog.changed() // before the snapshot: no event falls between
-		final := isClosed(in.p.closeDone)
+		_, changed := in.p.LastEvent() // before the snapshot: no event falls between
+		final := isClosed(in.p.Closed())
 		var snap inspectSnapshot
 		snap, seq = in.snapshot(seq, final)
 		sent := time.Now()
@@ -298,7 +316,7 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-in.p.closeDone:
+		case <-in.p.Closed():
 		case <-tick.C:
 		case <-changed:
 			// Lifecycle events come in bursts (crashed, restarting, booting, ready): let
@@ -346,13 +364,13 @@ func writeEvent(rc *http.ResponseController, w http.ResponseWriter, id uint64, v
 // no logger, actor system, parent or callback, and of Process.Env only the names.
 type inspectConfig struct {
 	Lanes            int
-	Runtime          Runtime
+	Runtime          knit.Runtime
 	Balancer         string
 	Backlog          int
 	BlockWhenFull    bool
 	LaneSpin         string
 	CallerSpin       string
-	Payload          Payload
+	Payload          knit.Payload
 	PanicCrashesLane bool
 	Restart          inspectRestart
 	FailFast         bool
@@ -387,7 +405,7 @@ type inspectProcessConfig struct {
 
 var balancerNames = [...]string{"least-loaded", "round-robin", "first-idle", "random", "first-idle-or-random"}
 
-func configView(c Config) inspectConfig {
+func configView(c knit.Config) inspectConfig {
 	rp := c.Restart.WithDefaults()
 	v := inspectConfig{
 		Lanes: c.Lanes, Runtime: c.Runtime, Balancer: fmt.Sprintf("balancer(%d)", int(c.Balancer)),
@@ -419,7 +437,7 @@ func configView(c Config) inspectConfig {
 	if c.Parent != nil {
 		v.Parent = c.Parent.String()
 	}
-	if c.Runtime == Process {
+	if c.Runtime == knit.Process {
 		pc := &inspectProcessConfig{Command: c.Process.Command, Prefix: c.Process.Prefix,
 			SharedMemory: c.Process.SharedMemory.String(), Spares: c.Process.Spares}
 		for _, e := range c.Process.Env {

@@ -1,4 +1,4 @@
-package knit
+package lifecycle
 
 import (
 	"os"

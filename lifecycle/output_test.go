@@ -1,4 +1,4 @@
-package knit
+package lifecycle
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/knitgo/knit/internal/logging"
-	"github.com/knitgo/knit/lifecycle"
 )
 
 // FuzzLaneOutput feeds what a hostile lane could write on stderr, in arbitrary pieces, to the
@@ -24,8 +23,8 @@ func FuzzLaneOutput(f *testing.F) {
 	f.Add(bytes.Repeat([]byte("x"), 70<<10), 1000)
 	f.Fuzz(func(t *testing.T, data []byte, chunk int) {
 		core, logs := observer.New(zap.DebugLevel)
-		o := newLaneOutput(zap.New(core), 0)
-		w := o.writer(true)
+		o := NewOutput(zap.New(core), 0)
+		w := o.Writer(true)
 		if chunk <= 0 {
 			chunk = 1
 		}
@@ -34,10 +33,10 @@ func FuzzLaneOutput(f *testing.F) {
 			w.Write(data[:n])
 			data = data[n:]
 		}
-		o.close()
+		o.Close()
 		<-o.relayed
-		tail, failure, crash := o.report()
-		msg := lifecycle.Classify(lifecycle.Exit{Ready: true, Status: 2, Failure: failure, Crash: crash, Tail: tail}).Error()
+		tail, failure, crash := o.Report()
+		msg := Classify(Exit{Ready: true, Status: 2, Failure: failure, Crash: crash, Tail: tail}).Error()
 		if !utf8.ValidString(msg) || strings.IndexFunc(msg, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || len(msg) > 8192 {
 			t.Fatalf("crash message not cleaned or not bounded: %q", msg)
 		}
@@ -65,8 +64,8 @@ func TestLaneOutputDropsWhenSinkBlocks(t *testing.T) {
 		}
 		return nil
 	}))
-	o := newLaneOutput(blocking, 0)
-	w := o.writer(true)
+	o := NewOutput(blocking, 0)
+	w := o.Writer(true)
 	const lines = 10 * outQueue
 	for range lines {
 		w.Write([]byte("line\n"))
@@ -75,7 +74,7 @@ func TestLaneOutputDropsWhenSinkBlocks(t *testing.T) {
 		t.Fatal("nothing dropped with the sink blocked")
 	}
 	close(gate)
-	o.close()
+	o.Close()
 	<-o.relayed
 	reported := uint64(0)
 	for _, e := range logs.FilterMessageSnippet("lines dropped").All() {
@@ -90,8 +89,8 @@ func TestLaneOutputDropsWhenSinkBlocks(t *testing.T) {
 // cut in pieces of maxLine bytes.
 func TestLineWriterSplits(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
-	o := newLaneOutput(zap.New(core), 0)
-	w := o.writer(false)
+	o := NewOutput(zap.New(core), 0)
+	w := o.Writer(false)
 	w.Write([]byte("one\ntw"))
 	w.Write([]byte("o\nthree\nfour"))
 	w.Write([]byte("\n"))
@@ -100,7 +99,7 @@ func TestLineWriterSplits(t *testing.T) {
 		w.Write(long[i : i+1])
 	}
 	w.Write([]byte("\n"))
-	o.close()
+	o.Close()
 	<-o.relayed
 	var got []string
 	for _, e := range logs.FilterMessage("lane stdout").All() {

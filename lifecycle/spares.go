@@ -1,4 +1,4 @@
-package knit
+package lifecycle
 
 import (
 	"errors"
@@ -9,40 +9,43 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
+	"github.com/knitgo/knit/internal/pgroup"
 	"github.com/knitgo/knit/internal/shm"
-	"github.com/knitgo/knit/lifecycle"
 )
 
-// A spare is a lane process started ahead of need: it has exec'd, initialised the Go runtime
+// A Spare is a lane process started ahead of need: it has exec'd, initialised the Go runtime
 // and every package, reported so, and waits on a unix socket for a boot record. A restart
 // that takes one skips the slowest part of a process lane's start (docs/benchmarks.md,
 // "Supervision"). The socket is inherited on fd 3, or with SharedMemory Named, where a
 // wrapper may close inherited descriptors, connected through a rendezvous (shm.Rendezvous).
-type spare struct {
+type Spare struct {
 	*child
 	sock *os.File // the host's end of the socket
 }
 
-// spares is a pool's stock of spare processes.
-type spares struct {
+// PID is the spare's process id.
+func (sp *Spare) PID() int { return sp.pid }
+
+// Spares is a pool's stock of spare processes. Set its fields before the first Refill; the
+// zero Spares starts none, and Take, Close and PIDs work on it.
+type Spares struct {
+	Launcher *Launcher
+	Count    int         // how many to keep ready (ProcessConfig.Spares)
+	Log      *zap.Logger // the lifecycle namespace: spares that could not start
+
+	start func() (*Spare, error) // Launcher.startSpare, or a test's
+
 	mu       sync.Mutex
-	ready    []*spare
+	ready    []*Spare
 	starting int
-	booting  map[*spare]bool // started, not yet initialised: Close kills them too
+	booting  map[*Spare]bool // started, not yet initialised: Close kills them too
 	closed   bool
 	wg       sync.WaitGroup
 }
 
-// takeSpare hands a restart a living spare, if one is waiting. First starts never take one:
-// they start together, and a spare is only started once the pool is up. (Lanes added by
-// Resize, whose incarnation is 0 too, start once it is up.)
-func (p *Pool) takeSpare(inc int) *spare {
-	if inc == 0 && !p.up.Load() {
-		return nil
-	}
-	s := &p.spares
+// Take hands a restart a living spare, if one is waiting.
+func (s *Spares) Take() *Spare {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.ready) > 0 {
@@ -51,7 +54,7 @@ func (p *Pool) takeSpare(inc int) *spare {
 		select {
 		case <-sp.waited: // it died waiting
 			sp.sock.Close()
-			sp.dropCgroup(p.laneLog)
+			sp.dropCgroup(s.Launcher.Log)
 		default:
 			if !frozen(sp.pid) {
 				return sp
@@ -67,27 +70,30 @@ func (p *Pool) takeSpare(inc int) *spare {
 	return nil
 }
 
-// refillSpares starts spares until Process.Spares are ready or starting.
-func (p *Pool) refillSpares() {
-	s := &p.spares
+// Refill starts spares until Count are ready or starting.
+func (s *Spares) Refill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for !s.closed && len(s.ready)+s.starting < p.cfg.Process.Spares {
+	for !s.closed && len(s.ready)+s.starting < s.Count {
 		s.starting++
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			sp, err := p.startSpare()
+			start := s.start
+			if start == nil {
+				start = s.startSpare
+			}
+			sp, err := start()
 			s.mu.Lock()
 			s.starting--
 			switch {
 			case err != nil && s.closed:
 				// Close stopped it while it initialised: what Close is for, not a failure.
 				s.mu.Unlock()
-				p.log.Debug("spare lane process stopped by Close before it was ready", zap.Error(err))
+				s.Log.Debug("spare lane process stopped by Close before it was ready", zap.Error(err))
 			case err != nil:
 				s.mu.Unlock()
-				p.log.Warn("could not start a spare lane process", zap.Error(err))
+				s.Log.Warn("could not start a spare lane process", zap.Error(err))
 			case s.closed:
 				s.mu.Unlock()
 				sp.kill()
@@ -99,15 +105,14 @@ func (p *Pool) refillSpares() {
 	}
 }
 
-// closeSpares ends every spare, and any still starting, before Close returns.
-func (p *Pool) closeSpares() {
-	s := &p.spares
+// Close ends every spare, and any still starting, before it returns.
+func (s *Spares) Close() {
 	s.mu.Lock()
 	s.closed = true
 	ready := s.ready
 	s.ready = nil
 	for sp := range s.booting {
-		_ = syscall.Kill(-sp.pid, syscall.SIGKILL)
+		_ = pgroup.Signal(sp.pid, syscall.SIGKILL)
 	}
 	s.mu.Unlock()
 	for _, sp := range ready {
@@ -116,9 +121,12 @@ func (p *Pool) closeSpares() {
 	s.wg.Wait()
 }
 
-// sparePIDs lists the spare processes waiting for a restart.
-func (p *Pool) sparePIDs() []int {
-	s := &p.spares
+// Wait waits until the spares being started have initialised (or failed), and spares being
+// killed are reaped.
+func (s *Spares) Wait() { s.wg.Wait() }
+
+// PIDs lists the spare processes waiting for a restart.
+func (s *Spares) PIDs() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var pids []int
@@ -128,31 +136,30 @@ func (p *Pool) sparePIDs() []int {
 	return pids
 }
 
-func (p *Pool) startSpare() (*spare, error) {
+func (s *Spares) startSpare() (*Spare, error) {
+	lc := s.Launcher
 	var (
 		host, theirs *os.File
 		rv           *shm.Rendezvous
 		files        []*os.File
-		env          = lifecycle.EnvSpare + "=1"
+		env          = EnvSpare + "=1"
 	)
-	if p.cfg.Process.SharedMemory == Named {
+	if lc.Named {
 		// A wrapper may close inherited descriptors: the spare connects to a rendezvous
 		// for its socket instead of inheriting one.
 		var err error
 		if rv, err = shm.Listen(); err != nil {
 			return nil, err
 		}
-		env = lifecycle.EnvSpare + "=" + rv.Name()
+		env = EnvSpare + "=" + rv.Name()
 	} else {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("socketpair: %w", err)
+		var err error
+		if host, theirs, err = shm.SocketPair(); err != nil {
+			return nil, err
 		}
-		_ = unix.SetNonblock(fds[0], true) // the host's end goes through the netpoller: deadlines work
-		host, theirs = os.NewFile(uintptr(fds[0]), "knit-spare"), os.NewFile(uintptr(fds[1]), "knit-spare-lane")
 		files = []*os.File{theirs}
 	}
-	fail := func(err error) (*spare, error) {
+	fail := func(err error) (*Spare, error) {
 		if host != nil {
 			host.Close()
 		}
@@ -161,22 +168,21 @@ func (p *Pool) startSpare() (*spare, error) {
 		}
 		return nil, err
 	}
-	cmd, err := p.laneCommand(files, env)
+	cmd, err := lc.command(files, env)
 	if err != nil {
 		if theirs != nil {
 			theirs.Close()
 		}
 		return fail(err)
 	}
-	c, err := p.spawnChild(cmd, newLaneOutput(p.root, -1))
+	c, err := lc.spawn(cmd, NewOutput(lc.Root, -1))
 	if theirs != nil {
 		theirs.Close() // the child's copy only: its death reads as end of file here
 	}
 	if err != nil {
 		return fail(err)
 	}
-	sp := &spare{child: c, sock: host}
-	s := &p.spares
+	sp := &Spare{child: c, sock: host}
 	s.mu.Lock()
 	if s.closed { // Close ran while it was being spawned: it would not kill this one
 		s.mu.Unlock()
@@ -187,7 +193,7 @@ func (p *Pool) startSpare() (*spare, error) {
 		return nil, errSparesClosed
 	}
 	if s.booting == nil {
-		s.booting = map[*spare]bool{}
+		s.booting = map[*Spare]bool{}
 	}
 	s.booting[sp] = true
 	s.mu.Unlock()
@@ -196,7 +202,7 @@ func (p *Pool) startSpare() (*spare, error) {
 		delete(s.booting, sp)
 		s.mu.Unlock()
 	}
-	deadline := time.Now().Add(p.cfg.StartupTimeout)
+	deadline := time.Now().Add(lc.StartupTimeout)
 	if rv != nil {
 		// Accept ends when the spare connects, at the deadline, or when the spare dies
 		// (Close kills it meanwhile if it must).
@@ -231,27 +237,20 @@ func (p *Pool) startSpare() (*spare, error) {
 // errSparesClosed is a spare spawned while the pool closed.
 var errSparesClosed = errors.New("the pool is closing")
 
-// assign turns the spare into a lane: one message with the boot record and descriptors.
-func (sp *spare) assign(record []byte, region, done *os.File, more ...*os.File) error {
+// assign turns the spare into a lane: one message with the boot record and descriptors
+// (Launcher.Assign). The socket is closed either way.
+func (sp *Spare) assign(record []byte, files []*os.File) error {
 	defer sp.sock.Close()
-	msg, oob := lifecycle.Assignment(record, region, done, more...)
-	conn, err := sp.sock.SyscallConn()
-	if err != nil {
-		return err
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
 	}
-	var serr error
-	if err := conn.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), msg, oob, nil, 0)
-		return serr != unix.EAGAIN
-	}); err != nil {
-		return err
-	}
-	return serr
+	return shm.SendFiles(sp.sock, time.Time{}, record, fds...)
 }
 
 // kill ends a spare that was never assigned, and reaps it.
-func (sp *spare) kill() {
-	_ = syscall.Kill(-sp.pid, syscall.SIGKILL)
+func (sp *Spare) kill() {
+	_ = pgroup.Signal(sp.pid, syscall.SIGKILL)
 	<-sp.waited
 	sp.dropCgroup(zap.NewNop()) // one that cannot be removed now is removed again by Close
 	if sp.sock != nil {

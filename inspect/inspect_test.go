@@ -1,4 +1,4 @@
-package knit_test
+package inspect_test
 
 import (
 	"bufio"
@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/inspect"
 )
 
 // inspected mounts an inspector for p under /debug/knit/, as the docs suggest.
 func inspected(t *testing.T, p *knit.Pool) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle("/debug/knit/", http.StripPrefix("/debug/knit", knit.Inspector(p)))
+	mux.Handle("/debug/knit/", http.StripPrefix("/debug/knit", inspect.Handler(p)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -161,7 +162,7 @@ func TestInspectorJSON(t *testing.T) {
 	}
 
 	// Mounted with StripPrefix("/"), the page comes as "": it is served, not redirected.
-	root := httptest.NewServer(http.StripPrefix("/", knit.Inspector(p)))
+	root := httptest.NewServer(http.StripPrefix("/", inspect.Handler(p)))
 	defer root.Close()
 	if resp, page := get(t, root.URL+"/"); resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "EventSource") {
 		t.Fatalf("page at the root: %s", resp.Status)

@@ -1,4 +1,4 @@
-package knit
+package inspect
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/knitgo/knit"
 )
 
 // stalledWriter is a connection whose client stopped reading: a write waits for the
@@ -52,7 +54,7 @@ func (w *stalledWriter) Write(b []byte) (int, error) {
 func TestInspectorDropsStalledClient(t *testing.T) {
 	defer func(d time.Duration) { inspectWriteTimeout = d }(inspectWriteTimeout)
 	inspectWriteTimeout = 50 * time.Millisecond
-	p, err := NewPool(Config{Lanes: 1}, inspectTestTask)
+	p, err := knit.NewPool(knit.Config{Lanes: 1}, inspectTestTask)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestInspectorDropsStalledClient(t *testing.T) {
 	req := httptest.NewRequest(http.MethodGet, "/stream", nil)
 	done := make(chan struct{})
 	go func() {
-		Inspector(p).ServeHTTP(w, req)
+		Handler(p).ServeHTTP(w, req)
 		close(done)
 	}()
 	<-w.set // the stream is writing its first message, and stalls there
@@ -74,4 +76,4 @@ func TestInspectorDropsStalledClient(t *testing.T) {
 	}
 }
 
-var inspectTestTask = Define("test.inspector.internal", func(_ context.Context, n int) (int, error) { return n, nil })
+var inspectTestTask = knit.Define("test.inspector.internal", func(_ context.Context, n int) (int, error) { return n, nil })
