@@ -310,8 +310,8 @@ func (p *Pool) drainAll() (settled int) {
 
 // newCall describes a started record for dispatch; process pools encode the input now,
 // refusing a value over the per-call maximum before anything is published.
-func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (call, error) {
-	c := call{def: t.def, id: r.ID, gen: r.Gen.Load(), lane: &r.Lane, abort: &r.Abort, seq: &r.Seq, done: ctx.Done()}
+func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (actors.Call, error) {
+	c := actors.Call{Def: t.def, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq, Done: ctx.Done()}
 	if p.cfg.Runtime != Process {
 		return c, nil
 	}
@@ -327,9 +327,9 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 		return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
 			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
-	c.payload = r.Enc
+	c.Payload = r.Enc
 	if d, ok := ctx.Deadline(); ok {
-		c.deadline = d.UnixNano() // the task on the lane sees its caller's deadline
+		c.Deadline = d.UnixNano() // the task on the lane sees its caller's deadline
 	}
 	return c, nil
 }

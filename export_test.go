@@ -71,9 +71,8 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	// records why.
 	pl := &procLane{Process: &lifecycle.Process{}, ready: make(chan struct{}), gone: make(chan struct{})}
 	close(pl.ready)
-	pl.aborts = newAbortBits(layout.AbortBits)
 	l.proc = pl
-	l.req, l.ret = region.Requests().Producer(), region.Returns().Consumer()
+	l.ring = l.newRing()
 	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
 	l.wake.SetAwake() // calls are not rung for: the harness takes them when it likes
 	l.done, l.doneBell = region.Returns().Completion(), fastpath.NewChanBell()
@@ -109,7 +108,7 @@ func StealState(p *Pool) string {
 		return "not stealing"
 	}
 	h, w := s.ring.Submit().Words()
-	out := fmt.Sprintf("waiting %d, inflight %d, queued %d, H %#x W %#x, shared waiters %d, futures %d, spinning %v lingering %v;", s.prod.Waiting(), s.inflight.Load(), s.queued.Load(), h.Load(), w.Load(),
+	out := fmt.Sprintf("waiting %d, inflight %d, queued %d, H %#x W %#x, shared waiters %d, futures %d, spinning %v lingering %v;", s.prod.Waiting(), s.inflight.Load(), s.host.Queued(), h.Load(), w.Load(),
 		s.waiters.Load(), p.futures.Load(), p.spinning.Load(), p.lingering.Load())
 	for i := range p.laneCount() {
 		l := p.slots[i].cur.Load()
@@ -118,7 +117,7 @@ func StealState(p *Pool) string {
 		}
 		a, r := l.wake.Awake()
 		js, je, want := s.prod.Journal(l.cid)
-		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %#x armed %d;", i, l.cid, l.state.Load(), a, r, l.region.Running().Load(), js, je[:4], want, l.ret.Peek(), l.done.Word().Load())
+		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d;", i, l.cid, l.state.Load(), a, r, l.region.Running().Load(), js, je[:4], want, l.ring.Waiting(), l.done.Word().Load())
 	}
 	return out
 }

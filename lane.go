@@ -3,8 +3,6 @@ package knit
 import (
 	"errors"
 	"fmt"
-	"math/bits"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,20 +26,9 @@ const (
 	laneRetiring // takes no new call, finishes those it holds (recycle.go)
 )
 
-// call is a call waiting in a lane's backlog for a free slot.
-type call struct {
-	def         actors.Def
-	id, gen     uint32
-	lane, abort *atomic.Int32   // the record's lane and abort-bit fields, set by the lane that takes it
-	seq         *atomic.Uint64  // the record's sequence number, set when it is published
-	payload     []byte          // the encoded input (process lanes)
-	done        <-chan struct{} // the caller's context's Done (nil: it cannot end); a process lane gives such a call an abort bit
-	deadline    int64           // the caller's deadline in Unix nanoseconds, 0 for none (process lanes)
-}
-
-// lane is the host side of one lane: the producer of its request ring (under mu, shared by
-// every caller), the consumer of its return ring (one drainer at a time: callers waiting
-// for results and the lane's reaper goroutine take turns), the backlog, and accounting.
+// lane is the host side of one lane: the host end of its rings (ring: the request ring and
+// its backlog under mu, shared by every caller; the return ring, one drainer at a time:
+// callers waiting for results and the lane's reaper goroutine take turns), and accounting.
 type lane struct {
 	p      *Pool
 	idx    int
@@ -49,18 +36,9 @@ type lane struct {
 	key    int32 // names this incarnation in call records: inc·lanes + idx
 	region *fastpath.Region
 
-	mu      sync.Mutex
-	state   atomic.Int32
-	req     *fastpath.Producer
-	backlog []call // FIFO ring of calls beyond the 32 slots
-	head, n int
-	seq     uint64        // the sequence number of the last call published (the lane runs them in order)
-	space   chan struct{} // closed when the backlog frees room (BlockWhenFull)
-	queued  atomic.Int32  // len(backlog), readable without mu
-
-	ret      *fastpath.Consumer
-	draining atomic.Bool
-	fenced   atomic.Bool // the return ring is never read again
+	mu    sync.Mutex
+	state atomic.Int32
+	ring  *actors.HostRing // the host end of its rings, which mu guards; set by start
 
 	wake     *fastpath.Wake
 	laneBell fastpath.Bell
@@ -93,13 +71,11 @@ type lane struct {
 func newLane(p *Pool, idx, inc int) *lane {
 	return &lane{
 		p: p, idx: idx, inc: inc, key: laneKey(idx, inc), cid: -1,
-		backlog: make([]call, p.cfg.Backlog),
-		kick:    make(chan struct{}, 1),
-		acked:   make(chan struct{}),
-		ended:   make(chan struct{}),
-		reaped:  make(chan struct{}),
-		space:   make(chan struct{}),
-		idle:    make(chan struct{}, 1),
+		kick:   make(chan struct{}, 1),
+		acked:  make(chan struct{}),
+		ended:  make(chan struct{}),
+		reaped: make(chan struct{}),
+		idle:   make(chan struct{}, 1),
 	}
 }
 
@@ -116,7 +92,7 @@ func (l *lane) start() error {
 	}
 	l.region = region
 	l.debugRegion("heap")
-	l.req, l.ret = region.Requests().Producer(), region.Returns().Consumer()
+	l.ring = l.newRing()
 	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
 	l.done = region.Returns().Completion()
 	close(l.reaped) // an in-process lane drains its own results: no reaper
@@ -165,236 +141,71 @@ func (l *lane) debugRegion(kind string) {
 		zap.Int("abort_bits", layout.AbortBits))
 }
 
+// newRing builds the host end of the lane's rings over its region. A process lane's calls
+// get abort bits; a goroutine lane's are interrupted through their callers' contexts.
+func (l *lane) newRing() *actors.HostRing {
+	c := actors.RingConfig{Mu: &l.mu, Owner: l, Submit: &actors.LaneProducer{Producer: l.region.Requests().Producer()},
+		Key: l.key, Backlog: l.p.cfg.Backlog, BlockWhenFull: l.p.cfg.BlockWhenFull,
+		Returns: l.region.Returns().Consumer(), Tasks: l.p.byIndex, Settle: l.settle, Remote: l.proc != nil}
+	if l.proc != nil {
+		c.Aborts = l.region.Aborts()
+	}
+	if sh := l.p.shared; sh != nil {
+		c.Shared = sh.host
+	}
+	return actors.NewHostRing(c)
+}
+
 // submit publishes c on this lane, or queues it in the backlog. It fails when the lane is
 // not ready (the caller picks another) or its backlog is full.
-func (l *lane) submit(c call) (queued bool, err error) {
-	l.mu.Lock()
+func (l *lane) submit(c actors.Call) (queued bool, err error) { return l.ring.Submit(&c) }
+
+// Admit implements actors.RingOwner: a lane takes calls while it is ready.
+func (l *lane) Admit() error {
 	if l.state.Load() != laneReady {
-		l.mu.Unlock()
-		return false, errLaneGone
+		return errLaneGone
 	}
-	if l.n == 0 {
-		if slot, ok := l.req.Reserve(); ok {
-			l.accept(&c)
-			if l.publish(slot, c) {
-				l.req.Flush()
-				l.mu.Unlock()
-				l.wake.Ring(l.laneBell)
-				return false, nil
-			}
-			l.enqueue(c)
-			l.mu.Unlock()
-			return true, nil
-		}
-	}
-	if l.n == len(l.backlog) {
-		space := l.space
-		l.mu.Unlock()
-		return false, &backlogFull{space: space}
-	}
-	l.accept(&c)
-	l.enqueue(c)
-	// The lane may have retired its slots and drained its last result between our failed
-	// Reserve and the enqueue, and then found no backlog to flush: look again now.
-	// (enqueue's store of queued and Reserve's load of the consumer word pair with the
-	// lane's Retire and its load of queued in drain.)
-	l.flushLocked()
-	l.mu.Unlock()
-	l.wake.Ring(l.laneBell)
-	return true, nil
+	return nil
 }
 
-// enqueue appends an accepted call to the backlog. Called with mu held.
-func (l *lane) enqueue(c call) {
-	c.seq.Store(0) // not published: it has not started, whatever it carried before
-	l.backlog[(l.head+l.n)%len(l.backlog)] = c
-	l.n++
-	l.queued.Swap(int32(l.n)) // a full barrier before the flush's reload of the consumer word
-}
-
-// accept counts c as held by this lane; called with mu held, before c is published, so a
-// lane that ends finds every call it held.
-func (l *lane) accept(c *call) {
-	c.lane.Store(l.key)
-	if l.proc != nil {
-		bit := int32(-1)
-		if c.done != nil {
-			bit = l.proc.aborts.alloc(c.def.Index(), c.id)
-			select {
-			case <-c.done:
-				// The caller gave up while the call looked for a lane (a Go future's
-				// context, or a call run again after its lane died): its expiry may have
-				// looked for the call on no lane or another one, so raise the bit here, or
-				// the task would run on until its lane dies.
-				l.raiseAbortLocked(bit)
-			default:
-			}
-		}
-		c.abort.Store(bit)
-	}
+// Accept implements actors.RingOwner: it counts a call as held by this lane before it is
+// published, so a lane that ends finds every call it held.
+func (l *lane) Accept() {
 	l.inflight.Add(1)
 	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
 		l.countCall(max)
 	}
 }
 
+// Published implements actors.RingOwner.
+func (l *lane) Published() { l.wake.Ring(l.laneBell) }
+
 var errLaneGone = errors.New("lane not ready")
 
-// backlogFull carries the channel that is closed when the backlog has room again.
-type backlogFull struct{ space chan struct{} }
-
-func (*backlogFull) Error() string { return "backlog full" }
-
-// publish writes c into a reserved slot and stages it (the caller flushes); false means the
-// arena has no room for its payload now (the slot is given back and c waits in the
-// backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
-// with mu held.
-func (l *lane) publish(slot int, c call) bool {
-	buf, err := l.req.Put(slot, len(c.payload))
-	if err != nil {
-		l.req.Release(slot)
-		return false
-	}
-	copy(buf, c.payload)
-	s := l.req.Slot(slot)
-	s.SetFn(c.def.Index())
-	s.SetCall(c.id, c.gen)
-	s.SetAbort(uint32(c.abort.Load() + 1))
-	l.seq++
-	s.SetSeq(l.seq)
-	s.SetDeadline(c.deadline)
-	c.seq.Store(l.seq)
-	l.req.Stage(slot)
-	return true
-}
-
 // flush moves backlog calls into free slots.
-func (l *lane) flush() {
-	l.mu.Lock()
-	moved := l.flushLocked()
-	l.mu.Unlock()
-	if moved {
-		l.wake.Ring(l.laneBell)
-	}
-}
+func (l *lane) flush() { l.ring.Flush() }
 
-// flushLocked moves backlog calls, oldest first, into free slots; mu is held. It reports
-// whether it moved any.
-func (l *lane) flushLocked() bool {
-	moved := 0
-	for l.n > 0 {
-		slot, ok := l.req.Reserve()
-		if !ok || !l.publish(slot, l.backlog[l.head]) {
-			break
-		}
-		l.backlog[l.head] = call{}
-		l.head = (l.head + 1) % len(l.backlog)
-		l.n--
-		moved++
-	}
-	l.req.Flush() // one store for the whole burst
-	l.queued.Store(int32(l.n))
-	if moved > 0 && l.p.cfg.BlockWhenFull {
-		close(l.space)
-		l.space = make(chan struct{})
-	}
-	return moved > 0
-}
-
-// drain settles every result waiting on the return ring, unless someone else is draining.
-// It looks at the ring only while it holds draining: close takes it before fencing the
-// rings, so a drainer never touches a region that is being unmapped. A goroutine lane's
-// region is never unmapped: after letting go, drain looks again there, so that a result
-// published while it held the lock, whose producer found the lock taken, is still drained.
-// (A process lane's results are found by the reaper or a spinning caller, which loop.)
-func (l *lane) drain() (settled int) {
-	for {
-		if !l.draining.CompareAndSwap(false, true) {
-			return settled
-		}
-		if l.fenced.Load() {
-			l.draining.Store(false)
-			return settled
-		}
-		pending := l.ret.Poll()
-		if pending == 0 {
-			l.draining.Store(false)
-			if l.proc != nil || l.ret.Peek() == 0 {
-				return settled
-			}
-			continue
-		}
-		settled += bits.OnesCount32(pending)
-		if l.proc != nil {
-			// A result from another process is caused by a request we published under mu,
-			// but Go's memory model (and the race detector, which does not track mapped
-			// memory) cannot see through that process: taking mu orders what callers wrote
-			// before publishing (their call records) before what we read now.
-			l.mu.Lock()
-			//lint:ignore SA2001 the empty critical section is the point
-			l.mu.Unlock()
-		}
-		var bad error
-		for m := pending; m != 0; {
-			i := l.ret.Next(m)
-			m &^= 1 << i
-			if err := l.settle(i); err != nil {
-				bad = err
-				break
-			}
-		}
-		l.ret.Retire(pending)
-		l.draining.Store(false)
-		if bad != nil {
-			l.corrupt(bad)
-			return settled
-		}
-		if l.queued.Load() > 0 {
-			l.flush()
-		}
-		if sh := l.p.shared; sh != nil && sh.queued.Load() > 0 {
-			sh.flush()
-		}
-		if l.proc != nil || l.ret.Peek() == 0 {
-			return settled
-		}
-	}
-}
-
-func (l *lane) settle(i int) error {
-	s := l.ret.Slot(i)
-	fn := s.Fn()
-	if int(fn) >= len(l.p.byIndex) || l.p.byIndex[fn] == nil {
-		return fmt.Errorf("%w: result for function %d", fastpath.ErrCorrupt, fn)
-	}
-	flags := s.Flags()
-	key, sh := l.key, (*shared)(nil)
-	if flags&actors.SharedResult != 0 { // a call the lane claimed from the shared ring
-		if sh = l.p.shared; sh == nil {
-			return fmt.Errorf("%w: %w", fastpath.ErrCorrupt, errNotShared)
-		}
-		key = sharedKey
-	}
-	o := actors.Outcome(flags &^ actors.SharedResult)
-	payload, err := l.ret.Payload(i)
+// drain settles every result waiting on the return ring, unless someone else is draining
+// (actors.HostRing.Drain), and kills the lane if one broke the protocol.
+func (l *lane) drain() int {
+	settled, err := l.ring.Drain()
 	if err != nil {
-		return err
+		l.corrupt(err)
 	}
-	if bit := int32(s.Abort()) - 1; bit >= 0 && l.proc != nil {
-		if sh != nil {
-			err = sh.freeAbort(bit, fn, s.Call())
-		} else {
-			err = l.freeAbort(bit, fn, s.Call())
-		}
-		if err != nil {
-			return err
-		}
+	return settled
+}
+
+// settle does the lane's accounting for a result the ring has checked, and settles its call.
+func (l *lane) settle(r *actors.Result) error {
+	var sh *shared
+	if r.Shared { // a call the lane claimed from the shared ring
+		sh = l.p.shared
 	}
 	// The lane counts as idle before the caller wakes, so a balancer sees it free.
 	if sh == nil && l.inflight.Add(-1) == 0 && l.state.Load() == laneRetiring {
 		l.retireIdle()
 	}
-	if err := l.p.byIndex[fn].SettleResult(l.p.id, key, s.Call(), s.Gen(), o, payload, l.proc == nil, s.Seq(), l); err != nil {
+	if err := r.Def.SettleResult(l.p.id, r.Key, r.ID, r.Gen, r.Outcome, r.Payload, l.proc == nil, r.Ran, l); err != nil {
 		if sh == nil {
 			l.inflight.Add(1)
 		}
@@ -485,7 +296,7 @@ func (l *lane) reap() {
 			continue // results came: look again
 		}
 		l.done.Arm()
-		if l.ret.Peek() == 0 {
+		if !l.ring.Waiting() {
 			l.done.Wait(l.doneBell, 0)
 		}
 		l.done.Disarm()
@@ -647,26 +458,9 @@ func (l *lane) close(e *Error, release bool) {
 		return
 	}
 	l.endErr = e
-	l.n, l.head = 0, 0
-	l.queued.Store(0)
-	close(l.space)
+	l.ring.CloseLocked()
 	l.mu.Unlock()
-	for !l.draining.CompareAndSwap(false, true) {
-		runtime.Gosched()
-	}
-	if release { // the lane is gone: what it published before it ended still counts
-		pending := l.ret.Poll()
-		for m := pending; m != 0; {
-			i := l.ret.Next(m)
-			m &^= 1 << i
-			if l.settle(i) != nil {
-				break
-			}
-		}
-		l.ret.Retire(pending)
-	}
-	l.fenced.Store(true)
-	l.draining.Store(false)
+	l.ring.Fence(release)
 	l.debugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
 	end := actors.LaneEnd{Owner: l.p.id, Lane: l.key, Release: release, Requeue: l.p.requeue, Err: laneEndError(l, e)}
 	if release {

@@ -22,8 +22,6 @@ type procLane struct {
 	gone  chan struct{} // closed once its calls are settled and its region unmapped
 	spare bool          // it was a spare: initialised already, it is ready within Liveness
 
-	aborts abortBits // under lane.mu
-
 	final fastpath.StatsSnapshot // counters at the end, once the region is unmapped
 }
 
@@ -46,9 +44,8 @@ func (l *lane) startProcess() error {
 	}
 	l.region = pl.mem.Region
 	l.debugRegion(cfg.Process.SharedMemory.String())
-	pl.aborts = newAbortBits(layout.AbortBits)
 	l.proc = pl
-	l.req, l.ret = l.region.Requests().Producer(), l.region.Returns().Consumer()
+	l.ring = l.newRing()
 	l.wake, l.done = l.region.LaneWake(), l.region.Returns().Completion()
 	l.laneBell, l.doneBell = fastpath.FutexBell{}, pl.mem.DoneBell()
 	l.reaper = true
@@ -245,38 +242,20 @@ func (l *lane) endError() *Error {
 }
 
 // raiseAbort sets a call's abort bit and rings the lane's abort doorbell, if the bit still
-// belongs to the call.
+// belongs to the call and the region is still mapped.
 func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.proc == nil || l.unmapped || !l.proc.aborts.holds(bit, fn, id) {
+	if l.proc == nil || l.unmapped {
 		return
 	}
-	l.raiseAbortLocked(bit)
+	l.ring.RaiseAbortLocked(bit, fn, id)
 }
 
-// raiseAbortLocked sets abort bit bit (when it is one: -1 is none) and rings the lane's
-// abort doorbell; mu is held.
-func (l *lane) raiseAbortLocked(bit int32) {
-	if bit < 0 {
-		return
-	}
-	l.region.Aborts().Set(int(bit))
+// AbortRaised implements actors.RingOwner: it rings the lane's abort doorbell; mu is held.
+func (l *lane) AbortRaised() {
 	l.region.AbortWake().Add(1)
 	_, _ = futex.Wake(l.region.AbortWake(), 1)
-}
-
-// freeAbort returns a settled call's abort bit. A bit the call does not hold means the lane
-// broke the protocol.
-func (l *lane) freeAbort(bit int32, fn, id uint32) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.proc.aborts.holds(bit, fn, id) {
-		return fmt.Errorf("%w: abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
-	}
-	l.proc.aborts.release(bit)
-	l.region.Aborts().Clear(int(bit))
-	return nil
 }
 
 // stealFiles is the shared ring's memfd, for a lane that claims from it.

@@ -433,7 +433,7 @@ type home interface {
 
 // dispatch hands a call to a lane, or to the shared ring of a stealing pool, and returns
 // where it went. With no lane ready (they are restarting) it waits within ctx for one.
-func (p *Pool) dispatch(ctx context.Context, c call) (home, error) {
+func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 	if p.shared != nil {
 		return p.dispatchShared(ctx, c)
 	}
@@ -444,7 +444,7 @@ func (p *Pool) dispatch(ctx context.Context, c call) (home, error) {
 		l := p.pick()
 		if l == nil {
 			if e := p.failed.Load(); e != nil {
-				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: e.Message}
+				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 			}
 			changed := p.changes()
 			if p.closing.Load() {
@@ -454,14 +454,14 @@ func (p *Pool) dispatch(ctx context.Context, c call) (home, error) {
 			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(),
+					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 						Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 				}
 				select {
 				case <-changed:
 					continue
 				case <-ctx.Done():
-					return nil, ctxError(ctx, c.def)
+					return nil, ctxError(ctx, c.Def)
 				}
 			}
 		}
@@ -469,19 +469,19 @@ func (p *Pool) dispatch(ctx context.Context, c call) (home, error) {
 		if err == nil {
 			return l, nil
 		}
-		full, isFull := err.(*backlogFull)
+		full, isFull := err.(*actors.BacklogFull)
 		switch {
 		case err == errLaneGone:
 			continue
 		case isFull && p.cfg.BlockWhenFull:
 			select {
-			case <-full.space:
+			case <-full.Space:
 				continue
 			case <-ctx.Done():
-				return nil, ctxError(ctx, c.def)
+				return nil, ctxError(ctx, c.Def)
 			}
 		default:
-			return nil, &Error{Code: CodeOverloaded, Lane: l.idx, Task: c.def.Name(),
+			return nil, &Error{Code: CodeOverloaded, Lane: l.idx, Task: c.Def.Name(),
 				Message: fmt.Sprintf("lane backlog of %d calls is full", p.cfg.Backlog)}
 		}
 	}
@@ -489,36 +489,36 @@ func (p *Pool) dispatch(ctx context.Context, c call) (home, error) {
 
 // dispatchShared publishes a call on the shared ring, from which the first idle lane takes
 // it. A call may wait there while every lane restarts, but not in a pool that has failed.
-func (p *Pool) dispatchShared(ctx context.Context, c call) (home, error) {
+func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) {
 	s := p.shared
 	for {
 		if p.closing.Load() {
 			return nil, errClosed
 		}
 		if e := p.failed.Load(); e != nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(), Message: e.Message}
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 		}
 		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.def.Name(),
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 				Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 		}
 		err := s.submit(c)
 		if err == nil {
 			return s, nil
 		}
-		full, isFull := err.(*backlogFull)
+		full, isFull := err.(*actors.BacklogFull)
 		switch {
 		case err == errClosed:
 			return nil, errClosed
 		case isFull && p.cfg.BlockWhenFull:
 			select {
-			case <-full.space:
+			case <-full.Space:
 				continue
 			case <-ctx.Done():
-				return nil, ctxError(ctx, c.def)
+				return nil, ctxError(ctx, c.Def)
 			}
 		default:
-			return nil, &Error{Code: CodeOverloaded, Lane: -1, Task: c.def.Name(),
+			return nil, &Error{Code: CodeOverloaded, Lane: -1, Task: c.Def.Name(),
 				Message: fmt.Sprintf("shared backlog of %d calls is full", p.cfg.Backlog)}
 		}
 	}
@@ -532,9 +532,9 @@ func (p *Pool) requeue(r actors.Retry) bool {
 		return false
 	}
 	p.requeued.Add(1) // the call is the pool's while it looks for a lane
-	c := call{def: r.Def, id: r.ID, gen: r.Gen, lane: r.Lane, abort: r.Abort, seq: r.Seq, payload: r.Payload, done: r.Ctx.Done()}
+	c := actors.Call{Def: r.Def, ID: r.ID, Gen: r.Gen, Lane: r.Lane, Abort: r.Abort, Seq: r.Seq, Payload: r.Payload, Done: r.Ctx.Done()}
 	if d, ok := r.Ctx.Deadline(); ok && p.cfg.Runtime == Process {
-		c.deadline = d.UnixNano()
+		c.Deadline = d.UnixNano()
 	}
 	go func() {
 		if r.Ctx.Err() != nil { // its caller gave up: running it again would be for nobody
@@ -750,7 +750,7 @@ func (p *Pool) Stats() Stats {
 				st = l.region.Stats().Snapshot()
 			}
 			l.mu.Unlock()
-			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.queued.Load()), l.claimed.Load()
+			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.ring.Queued()), l.claimed.Load()
 			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.pid()
 		}
 		p.totalsOf(i, &ls)

@@ -1,7 +1,6 @@
 package knit
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
-	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
@@ -27,26 +25,21 @@ const sharedKey int32 = -3
 // records, from those of a lane's own ring: the lane looks them up in the pool-wide bitmap.
 const sharedAbortBase = lifecycle.SharedAbortBase
 
-// shared is the host side of a stealing pool's submit ring: the producer (under mu, shared
-// by every caller), its backlog, the pool-wide abort bits of its calls, and recovery of what
-// a dead lane had claimed. Each lane answers the calls it claims on its own return ring.
+// shared is the host side of a stealing pool's submit ring: its host end (host: the
+// producer under mu, shared by every caller, its backlog and the pool-wide abort bits of
+// its calls), the lanes' consumer ids, and recovery of what a dead lane had claimed. Each
+// lane answers the calls it claims on its own return ring.
 type shared struct {
-	p      *Pool
-	mode   Steal
-	ring   *steal.Ring
-	mem    []byte          // the mapping: heap for goroutine lanes, mp's for process lanes
-	mp     *shm.Mapping    // process lanes: the sealed memfd every lane maps
-	aborts fastpath.Bitmap // process lanes: the abort bits of calls on the ring
+	p    *Pool
+	mode Steal
+	ring *steal.Ring
+	mem  []byte       // the mapping: heap for goroutine lanes, mp's for process lanes
+	mp   *shm.Mapping // process lanes: the sealed memfd every lane maps
 
-	mu        sync.Mutex
-	prod      *steal.Producer
-	backlog   []call // FIFO ring of calls beyond the 32 slots
-	head, n   int
-	space     chan struct{} // closed when the backlog frees room (BlockWhenFull)
-	closed    bool          // under mu: the pool stopped its lanes; nothing is published again
-	abortBits abortBits     // under mu: who holds which bit of aborts
+	mu   sync.Mutex
+	prod *steal.Producer // under mu
+	host *actors.HostRing
 
-	queued   atomic.Int32 // len(backlog), readable without mu
 	inflight atomic.Int32 // calls on the ring or its backlog, or claimed and unsettled
 	waiters  atomic.Int32 // callers blocked on a shared call's result: every reaper must run
 	unmap    sync.Once
@@ -124,7 +117,7 @@ func newShared(p *Pool) (*shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &shared{p: p, mode: mode, backlog: make([]call, cfg.Backlog), space: make(chan struct{})}
+	s := &shared{p: p, mode: mode}
 	if cfg.Runtime == Process {
 		if s.mp, err = shm.CreateMemfd("knit-steal", size); err != nil {
 			return nil, &Error{Code: CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
@@ -133,15 +126,17 @@ func newShared(p *Pool) (*shared, error) {
 	} else {
 		s.mem = shm.Heap(size)
 	}
+	var aborts fastpath.Bitmap // process lanes: the abort bits of calls on the ring
 	if s.ring, err = steal.New(s.mem, sc); err == nil && bits > 0 {
-		s.aborts, err = s.ring.Aborts(s.mem, bits)
+		aborts, err = s.ring.Aborts(s.mem, bits)
 	}
 	if err != nil {
 		s.release()
 		return nil, err
 	}
 	s.prod = s.ring.Producer(p.root)
-	s.abortBits = newAbortBits(bits)
+	s.host = actors.NewHostRing(actors.RingConfig{Mu: &s.mu, Owner: s, Submit: s.prod, Key: sharedKey,
+		Backlog: cfg.Backlog, BlockWhenFull: cfg.BlockWhenFull, Aborts: aborts, AbortBase: sharedAbortBase})
 	for c := sc.Consumers - 1; c >= 0; c-- {
 		s.ids = append(s.ids, c)
 	}
@@ -196,131 +191,36 @@ func (s *shared) consumer(l *lane) (*steal.Consumer, error) {
 }
 
 // submit publishes c on the ring, or queues it in the backlog.
-func (s *shared) submit(c call) error {
-	s.mu.Lock()
+func (s *shared) submit(c actors.Call) error {
 	// Count the call before looking at closing, as Close sets closing before it looks at
 	// what is in flight: either Close waits for this call, or the call sees Close and
 	// goes no further (else it could be published after the lanes stopped claiming).
 	s.inflight.Add(1)
-	if s.closed || s.p.closing.Load() {
+	if _, err := s.host.Submit(&c); err != nil {
 		s.inflight.Add(-1)
-		s.mu.Unlock()
 		s.p.callDone()
-		return errClosed
-	}
-	if s.n == 0 {
-		if slot, ok := s.prod.Reserve(); ok {
-			s.accept(&c)
-			if s.publish(slot, c) {
-				s.prod.Flush()
-				s.mu.Unlock()
-				s.wake()
-				return nil
-			}
-			s.enqueue(c)
-			s.mu.Unlock()
-			return nil
-		}
-	}
-	if s.n == len(s.backlog) {
-		space := s.space
-		s.inflight.Add(-1)
-		s.mu.Unlock()
-		s.p.callDone()
-		return &backlogFull{space: space}
-	}
-	s.accept(&c)
-	s.enqueue(c)
-	// Lanes may have claimed every slot and settled their last result between the failed
-	// Reserve and the enqueue, and found no backlog to flush then: look again (as in
-	// lane.submit; enqueue's store of queued pairs with the drainer's load).
-	moved := s.flushLocked()
-	s.mu.Unlock()
-	if moved {
-		s.wake()
+		return err
 	}
 	return nil
 }
 
-// accept marks c as on the ring (submit has counted it) and gives a cancellable call of a
-// process pool a pool-wide abort bit. Called with mu held.
-func (s *shared) accept(c *call) {
-	c.lane.Store(sharedKey)
-	if s.aborts.Len() > 0 {
-		bit := int32(-1) // none: the record may hold its last call's bit
-		if c.done != nil {
-			bit = s.abortBits.alloc(c.def.Index(), c.id)
-		}
-		if bit >= 0 {
-			select {
-			case <-c.done: // the caller gave up while the call looked for a lane (see lane.accept)
-				s.raiseLocked(bit)
-			default:
-			}
-			bit += sharedAbortBase
-		}
-		c.abort.Store(bit)
+// Admit implements actors.RingOwner: nothing is published once the pool has stopped its
+// lanes or is closing.
+func (s *shared) Admit() error {
+	if s.host.Closed() || s.p.closing.Load() {
+		return errClosed
 	}
+	return nil
 }
 
-func (s *shared) enqueue(c call) {
-	c.seq.Store(0)
-	s.backlog[(s.head+s.n)%len(s.backlog)] = c
-	s.n++
-	s.queued.Swap(int32(s.n)) // a full barrier before the flush's reload of the consumer word
-}
+// Accept implements actors.RingOwner: submit has counted the call.
+func (s *shared) Accept() {}
 
-// publish writes c into a reserved slot and stages it; false: the arena has no room now.
-// Called with mu held.
-func (s *shared) publish(slot int, c call) bool {
-	buf, err := s.prod.Put(slot, len(c.payload))
-	if err != nil {
-		s.prod.Release(slot)
-		return false
-	}
-	copy(buf, c.payload)
-	h := s.prod.Slot(slot)
-	h.SetFn(c.def.Index())
-	h.SetCall(c.id, c.gen)
-	h.SetAbort(uint32(c.abort.Load() + 1))
-	h.SetDeadline(c.deadline)
-	c.seq.Store(s.prod.Stage(slot))
-	return true
-}
+// Published implements actors.RingOwner.
+func (s *shared) Published() { s.wake() }
 
 // flush moves backlog calls into slots the lanes have freed.
-func (s *shared) flush() {
-	s.mu.Lock()
-	moved := s.flushLocked()
-	s.mu.Unlock()
-	if moved {
-		s.wake()
-	}
-}
-
-func (s *shared) flushLocked() bool {
-	if s.closed {
-		return false
-	}
-	moved := 0
-	for s.n > 0 {
-		slot, ok := s.prod.Reserve()
-		if !ok || !s.publish(slot, s.backlog[s.head]) {
-			break
-		}
-		s.backlog[s.head] = call{}
-		s.head = (s.head + 1) % len(s.backlog)
-		s.n--
-		moved++
-	}
-	s.prod.Flush()
-	s.queued.Store(int32(s.n))
-	if moved > 0 && s.p.cfg.BlockWhenFull {
-		close(s.space)
-		s.space = make(chan struct{})
-	}
-	return moved > 0
-}
+func (s *shared) flush() { s.host.Flush() }
 
 // wake makes sure enough lanes will claim what waits on the ring: a lane awake and looking
 // for work counts, and so does one that was rung and has not run yet; parked lanes are rung,
@@ -390,38 +290,22 @@ func (s *shared) settled() {
 }
 
 // raiseAbort sets a shared call's abort bit (offset by sharedAbortBase) if it still belongs
-// to the call, and pokes every lane's abort watcher: any of them may run it.
+// to the call.
 func (s *shared) raiseAbort(bit int32, fn, id uint32) {
-	bit -= sharedAbortBase
 	s.mu.Lock()
-	if s.abortBits.holds(bit, fn, id) {
-		s.raiseLocked(bit)
-	}
+	s.host.RaiseAbortLocked(bit, fn, id)
 	s.mu.Unlock()
 }
 
-func (s *shared) raiseLocked(bit int32) {
-	s.aborts.Set(int(bit))
+// AbortRaised implements actors.RingOwner: it pokes every lane's abort watcher, as any of
+// them may run the call.
+func (s *shared) AbortRaised() {
 	p := s.p
 	for i := range p.laneCount() {
 		if l := p.slots[i].cur.Load(); l != nil {
 			l.pokeAborts()
 		}
 	}
-}
-
-// freeAbort returns a settled shared call's abort bit (offset by sharedAbortBase); a bit
-// the call does not hold means the lane that answered broke the protocol.
-func (s *shared) freeAbort(bit int32, fn, id uint32) error {
-	b := bit - sharedAbortBase
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.abortBits.holds(b, fn, id) {
-		return fmt.Errorf("%w: shared abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
-	}
-	s.abortBits.release(b)
-	s.aborts.Clear(int(b))
-	return nil
 }
 
 // holder is the lane running the shared call published as seq, as its journal says (nil:
@@ -461,11 +345,7 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 			return false, false
 		}
 		if abort >= sharedAbortBase { // the call gives its bit back: it gets a new one if it runs again
-			s.mu.Lock()
-			if b := abort - sharedAbortBase; s.abortBits.release(b) {
-				s.aborts.Clear(int(b))
-			}
-			s.mu.Unlock()
+			s.host.ReleaseAbort(abort)
 		}
 		return true, j >= 0
 	}
@@ -490,7 +370,7 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 		l.debugTo(s.p.root.Named(logging.Steal), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
 			zap.Int("started", len(rec.Started)), zap.Int("calls_settled", n), zap.Error(err))
 	}
-	if s.queued.Load() > 0 { // recovery retired the slots the lane held
+	if s.host.Queued() > 0 { // recovery retired the slots the lane held
 		s.flush()
 	}
 	s.p.callDone()
@@ -500,15 +380,11 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 // lanes (or given them all up): no lane will claim them.
 func (s *shared) close(e *Error) {
 	s.mu.Lock()
-	if s.closed {
+	if s.host.Closed() {
 		s.mu.Unlock()
 		return
 	}
-	s.closed = true
-	clear(s.backlog) // the backlog's calls name the ring in their records: they fail below
-	s.head, s.n = 0, 0
-	s.queued.Store(0)
-	close(s.space)
+	s.host.CloseLocked() // the backlog's calls name the ring in their records: they fail below
 	s.mu.Unlock()
 	end := actors.LaneEnd{Owner: s.p.id, Lane: sharedKey, Release: true,
 		Shared: func(uint64, int32) (bool, bool) { return true, false },
@@ -543,14 +419,10 @@ func (l *lane) pokeAborts() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.unmapped {
-		return
+	if !l.unmapped {
+		l.AbortRaised()
 	}
-	l.region.AbortWake().Add(1)
-	_, _ = futex.Wake(l.region.AbortWake(), 1)
 }
-
-var errNotShared = errors.New("result of a shared call in a pool without work stealing")
 
 // checkResize refuses a size a stealing pool cannot take.
 func (s *shared) checkResize(n int) error {

@@ -40,7 +40,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 		}
 		now := time.Now()
 		if sh := p.shared; sh != nil { // the same for the shared ring: its backlog, its claimants
-			if sh.queued.Load() > 0 {
+			if sh.host.Queued() > 0 {
 				sh.flush()
 			}
 			if sh.prod.Waiting() > 0 { // reads shared words only: safe beside the producer
@@ -60,7 +60,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 					continue
 				}
 				l.drain()
-				if l.queued.Load() > 0 {
+				if l.ring.Queued() > 0 {
 					l.flush() // a backlog is moved on submit and after results: never left behind
 				}
 				l.ringStalled()

@@ -148,9 +148,7 @@ func (e *Executor) Run() error {
 			continue
 		}
 		n := 0
-		for m := pending; m != 0; {
-			i := req.Next(m)
-			m &^= 1 << i
+		err := req.Take(pending, func(i int) error {
 			s := req.Slot(i)
 			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq(), deadline: s.Deadline()}
 			if !e.Local {
@@ -161,8 +159,11 @@ func (e *Executor) Run() error {
 				inputs[n] = append(inputs[n][:0], p...)
 			}
 			n++
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		req.Retire(pending)
 		for k := range n {
 			if err := e.run(batch[k], inputs[k], 0); err != nil {
 				return err

@@ -1,7 +1,8 @@
 // Package actors holds knit's task actors: typed task definitions, the registry that gives
 // each a stable index and fingerprint, the codecs that carry their values across processes,
-// the typed reusable call records, and the executor that runs calls on the consumer side of
-// a lane. It never decides where a call runs or what happens when a lane dies: that is the
+// the typed reusable call records, the executor that runs calls on the consumer side of a
+// lane, and the host end of a lane's rings (HostRing), which publishes calls and settles
+// results. It never decides where a call runs or what happens when a lane dies: that is the
 // pool's and the supervisor's business.
 package actors
 

@@ -361,6 +361,22 @@ func (c *Consumer) Next(pending uint32) int {
 	return i
 }
 
+// Take hands each slot of pending (a mask from Poll) to f, oldest first, then retires them
+// all with one store: the one loop every consumer of a ring runs. It stops handing slots at
+// the first error f returns, which it returns; the slots are retired all the same, as the
+// ring broke the protocol and its consumer stops reading it (taking the same slots again
+// would hand a result to its caller twice).
+func (c *Consumer) Take(pending uint32, f func(slot int) error) error {
+	var err error
+	for m := pending; m != 0 && err == nil; {
+		i := c.Next(m)
+		m &^= 1 << i
+		err = f(i)
+	}
+	c.Retire(pending)
+	return err
+}
+
 // Retire gives the slots in mask back to the producer: one atomic store.
 func (c *Consumer) Retire(mask uint32) {
 	c.local ^= mask

@@ -1,0 +1,553 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/knitgo/knit/fastpath"
+)
+
+// Call is a call on its way to a lane: what the host writes into a submit ring's slot, or
+// keeps in a ring's backlog until a slot frees. Its pointers are its record's fields.
+type Call struct {
+	Def         Def
+	ID, Gen     uint32
+	Lane, Abort *atomic.Int32   // the record's lane and abort-bit fields, set by the ring that takes it
+	Seq         *atomic.Uint64  // the record's sequence number, set when it is published
+	Payload     []byte          // the encoded input (process lanes)
+	Done        <-chan struct{} // the caller's context's Done (nil: it cannot end); a ring with abort bits gives such a call one
+	Deadline    int64           // the caller's deadline in Unix nanoseconds, 0 for none (process lanes)
+}
+
+// Producer is a submit ring's producer as a HostRing publishes on it: a lane's own request
+// ring (LaneProducer) or a stealing pool's shared ring (*steal.Producer, which reserves any
+// free slot, as its consumers retire them out of order). It is used under the ring's mutex.
+type Producer interface {
+	Reserve() (slot int, ok bool)
+	Put(slot, n int) ([]byte, error)
+	Slot(i int) fastpath.Slot
+	Release(slot int)
+	// Stage marks slot, whose header and payload are written, ready for the next Flush, and
+	// returns the sequence number it gave the call.
+	Stage(slot int) uint64
+	Flush() bool
+}
+
+// LaneProducer is a lane's own request ring as a Producer: slots in cyclic order, which the
+// lane runs in order, numbered one by one in their headers (the lane's running word names
+// the last it started, which tells the host after a death which calls never ran).
+type LaneProducer struct {
+	*fastpath.Producer
+	seq uint64 // the sequence number of the last call staged
+}
+
+// Stage implements Producer.
+func (p *LaneProducer) Stage(slot int) uint64 {
+	p.seq++
+	p.Producer.Slot(slot).SetSeq(p.seq)
+	p.Producer.Stage(slot)
+	return p.seq
+}
+
+// RingOwner is what differs between the owners of HostRings (a lane, a stealing pool's
+// shared ring): the HostRing calls it at these points.
+type RingOwner interface {
+	// Admit says, with the ring's mutex held, whether the ring takes a call now (nil), or
+	// the error Submit returns.
+	Admit() error
+	// Accept counts a call as held by the owner: with the mutex held, before the call is
+	// published, so that whoever settles it finds it counted.
+	Accept()
+	// Published wakes the ring's consumers: calls were published. The mutex is not held.
+	Published()
+	// AbortRaised wakes the abort watchers of every lane that may run a call whose abort bit
+	// was just raised. The mutex is held.
+	AbortRaised()
+}
+
+// Result is a result slot as the lane published it, read and checked: its task is served
+// here, and on a Remote lane the abort bit it gives back belonged to its call (and is free
+// again).
+type Result struct {
+	Def     Def
+	Key     int32 // the ring the call was published on: what its record's Lane field names
+	Shared  bool  // it came from the shared ring (RingConfig.Shared), not the lane's own
+	ID, Gen uint32
+	Outcome Outcome
+	Ran     uint64 // how long the call ran on the lane, in nanoseconds (0: not timed)
+	Payload []byte // in shared memory: decode it before Settle returns
+}
+
+// RingConfig configures a HostRing.
+type RingConfig struct {
+	// Mu is the owner's mutex, which guards the ring's producer, backlog and abort bits
+	// (the owner guards more with it: a lane, whether its region is still mapped).
+	Mu            *sync.Mutex
+	Owner         RingOwner
+	Submit        Producer
+	Key           int32 // names the ring in call records
+	Backlog       int   // calls queued beyond the ring's slots
+	BlockWhenFull bool  // renew the channel a full backlog's BacklogFull carries when calls move
+	// Aborts are the abort bits calls on the ring get (none when empty: calls of goroutine
+	// lanes cannot be interrupted); slot headers and records name bit i as AbortBase+i.
+	Aborts    fastpath.Bitmap
+	AbortBase int32
+
+	// The return ring (nil: the ring's calls are answered elsewhere, as the shared ring's
+	// are, on the return ring of the lane that claimed each), and how its results settle.
+	Returns *fastpath.Consumer
+	Tasks   []Def               // by function index: the tasks served
+	Settle  func(*Result) error // the Result is valid only during the call
+	// Remote: the lane is another process; see Drain.
+	Remote bool
+	// Shared is the pool's shared ring, whose calls the lane may answer on its return ring
+	// (SharedResult), freeing its slots (nil: the pool does not steal).
+	Shared *HostRing
+}
+
+// HostRing is the host end of a lane's rings: the producer of a submit ring, shared by every
+// caller under the owner's mutex, with the FIFO backlog of calls beyond its 32 slots and the
+// abort bits of its calls; and the consumer of the return ring its calls are answered on,
+// which one drainer at a time settles (callers waiting for results, a reaper, the lane
+// goroutine itself). A stealing pool's shared ring is one too, without a return ring.
+//
+// It lives in actors, beside the lane's end (Executor) and the call records, because it is
+// the other half of the same protocol: what it writes into a slot is what Executor reads,
+// and what Executor publishes it settles into a Record through its Def. It never decides
+// where a call goes or what happens when a lane dies: its owner (the pool's lane, or its
+// shared ring) does, through RingOwner and the Settle function.
+type HostRing struct {
+	mu      *sync.Mutex
+	owner   RingOwner
+	prod    Producer
+	lane    *LaneProducer // prod, when it is one: called directly, on every call's path
+	key     int32
+	block   bool
+	backlog []Call // FIFO ring of calls beyond the 32 slots
+	head, n int
+	space   chan struct{} // closed when the backlog frees room (BlockWhenFull)
+	closed  bool          // nothing is published again
+	queued  atomic.Int32  // n, readable without mu
+
+	aborts    fastpath.Bitmap
+	abortBase int32
+	bits      abortBits // who holds which bit of aborts
+
+	ret      *fastpath.Consumer
+	tasks    []Def
+	settle   func(*Result) error
+	result   Result // settleSlot's, under draining: passed by pointer without escaping, copied by no one
+	remote   bool
+	shared   *HostRing
+	draining atomic.Bool
+	fenced   atomic.Bool // the return ring is never read again
+}
+
+// NewHostRing returns the host end of a ring.
+func NewHostRing(c RingConfig) *HostRing {
+	lane, _ := c.Submit.(*LaneProducer)
+	return &HostRing{
+		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull,
+		backlog: make([]Call, c.Backlog), space: make(chan struct{}),
+		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
+		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared,
+	}
+}
+
+// BacklogFull is Submit's error when the backlog is full. Space is closed when it has room
+// again (with BlockWhenFull; else when the ring closes).
+type BacklogFull struct{ Space <-chan struct{} }
+
+func (*BacklogFull) Error() string { return "backlog full" }
+
+// errNotShared: a lane answered a call of a shared ring in a pool that has none.
+var errNotShared = errors.New("result of a shared call in a pool without work stealing")
+
+// Submit publishes c, or queues it in the backlog when the ring is full or its arena has no
+// room for the payload now. It fails with the owner's Admit error, or *BacklogFull. It keeps
+// no pointer to c (a pointer spares the call path copies of it).
+func (r *HostRing) Submit(c *Call) (queued bool, err error) {
+	r.mu.Lock()
+	if err := r.owner.Admit(); err != nil {
+		r.mu.Unlock()
+		return false, err
+	}
+	if r.n == 0 {
+		if slot, ok := r.reserve(); ok {
+			r.accept(c)
+			if r.publish(slot, c) {
+				r.flush()
+				r.mu.Unlock()
+				r.owner.Published()
+				return false, nil
+			}
+			r.enqueue(*c)
+			r.mu.Unlock()
+			return true, nil
+		}
+	}
+	if r.n == len(r.backlog) {
+		space := r.space
+		r.mu.Unlock()
+		return false, &BacklogFull{Space: space}
+	}
+	r.accept(c)
+	r.enqueue(*c)
+	// The consumers may have retired every slot (and a lane drained its last result) between
+	// the failed Reserve and the enqueue, and then found no backlog to flush: look again now.
+	// (enqueue's store of queued and Reserve's load of the consumer word pair with the
+	// consumer's Retire and the drainer's load of queued.)
+	moved := r.flushLocked()
+	r.mu.Unlock()
+	if moved {
+		r.owner.Published()
+	}
+	return true, nil
+}
+
+// accept marks c as on this ring and gives a cancellable call an abort bit, raised at once
+// if its caller has given up already; then the owner counts it. Called with mu held.
+func (r *HostRing) accept(c *Call) {
+	c.Lane.Store(r.key)
+	if r.aborts.Len() > 0 {
+		bit := int32(-1) // none: all are taken, or the call cannot be cancelled
+		if c.Done != nil {
+			bit = r.bits.alloc(c.Def.Index(), c.ID)
+		}
+		if bit >= 0 {
+			select {
+			case <-c.Done:
+				// The caller gave up while the call looked for a lane (a Go future's
+				// context, or a call run again after its lane died): its expiry may have
+				// looked for the call on no lane or another one, so raise the bit here, or
+				// the task would run on until its lane dies.
+				r.raiseLocked(bit)
+			default:
+			}
+			bit += r.abortBase
+		}
+		c.Abort.Store(bit)
+	}
+	r.owner.Accept()
+}
+
+// enqueue appends an accepted call to the backlog. Called with mu held.
+func (r *HostRing) enqueue(c Call) {
+	c.Seq.Store(0) // not published: it has not started, whatever it carried before
+	r.backlog[(r.head+r.n)%len(r.backlog)] = c
+	r.n++
+	r.queued.Swap(int32(r.n)) // a full barrier before the flush's reload of the consumer word
+}
+
+// publish writes c into a reserved slot and stages it (the caller flushes); false means the
+// arena has no room for its payload now (the slot is given back and c waits in the
+// backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
+// with mu held.
+func (r *HostRing) publish(slot int, c *Call) bool {
+	buf, err := r.put(slot, len(c.Payload))
+	if err != nil {
+		r.release(slot)
+		return false
+	}
+	copy(buf, c.Payload)
+	s := r.slot(slot)
+	s.SetFn(c.Def.Index())
+	s.SetCall(c.ID, c.Gen)
+	s.SetAbort(uint32(c.Abort.Load() + 1))
+	s.SetDeadline(c.Deadline)
+	c.Seq.Store(r.stage(slot))
+	return true
+}
+
+// The producer's methods, called directly on a lane's own ring: an interface call costs
+// every call of a goroutine lane a few percent.
+func (r *HostRing) reserve() (int, bool) {
+	if p := r.lane; p != nil {
+		return p.Reserve()
+	}
+	return r.prod.Reserve()
+}
+
+func (r *HostRing) put(slot, n int) ([]byte, error) {
+	if p := r.lane; p != nil {
+		return p.Put(slot, n)
+	}
+	return r.prod.Put(slot, n)
+}
+
+func (r *HostRing) release(slot int) {
+	if p := r.lane; p != nil {
+		p.Release(slot)
+		return
+	}
+	r.prod.Release(slot)
+}
+
+func (r *HostRing) slot(i int) fastpath.Slot {
+	if p := r.lane; p != nil {
+		return p.Slot(i)
+	}
+	return r.prod.Slot(i)
+}
+
+func (r *HostRing) stage(slot int) uint64 {
+	if p := r.lane; p != nil {
+		return p.Stage(slot)
+	}
+	return r.prod.Stage(slot)
+}
+
+func (r *HostRing) flush() {
+	if p := r.lane; p != nil {
+		p.Flush()
+		return
+	}
+	r.prod.Flush()
+}
+
+// Queued is how many calls wait in the backlog.
+func (r *HostRing) Queued() int32 { return r.queued.Load() }
+
+// Flush moves backlog calls into free slots.
+func (r *HostRing) Flush() {
+	r.mu.Lock()
+	moved := r.flushLocked()
+	r.mu.Unlock()
+	if moved {
+		r.owner.Published()
+	}
+}
+
+// flushLocked moves backlog calls, oldest first, into free slots; mu is held. It reports
+// whether it moved any.
+func (r *HostRing) flushLocked() bool {
+	if r.closed {
+		return false
+	}
+	moved := 0
+	for r.n > 0 {
+		slot, ok := r.reserve()
+		if !ok || !r.publish(slot, &r.backlog[r.head]) {
+			break
+		}
+		r.backlog[r.head] = Call{}
+		r.head = (r.head + 1) % len(r.backlog)
+		r.n--
+		moved++
+	}
+	r.flush() // one store for the whole burst
+	r.queued.Store(int32(r.n))
+	if moved > 0 && r.block {
+		close(r.space)
+		r.space = make(chan struct{})
+	}
+	return moved > 0
+}
+
+// Closed reports whether CloseLocked has run. Called with mu held.
+func (r *HostRing) Closed() bool { return r.closed }
+
+// CloseLocked drops the backlog for good and wakes blocked submitters: nothing is published
+// again. The calls it held name the ring in their records: the owner fails them there.
+// Called with mu held.
+func (r *HostRing) CloseLocked() {
+	r.closed = true
+	clear(r.backlog)
+	r.head, r.n = 0, 0
+	r.queued.Store(0)
+	close(r.space)
+}
+
+// RaiseAbortLocked sets a call's abort bit (as its record names it) if it still belongs to
+// the call, and has the owner wake the abort watchers. Called with mu held, by an owner
+// that knows the bitmap is still mapped.
+func (r *HostRing) RaiseAbortLocked(bit int32, fn, id uint32) {
+	if b := bit - r.abortBase; r.bits.holds(b, fn, id) {
+		r.raiseLocked(b)
+	}
+}
+
+func (r *HostRing) raiseLocked(b int32) {
+	r.aborts.Set(int(b))
+	r.owner.AbortRaised()
+}
+
+// FreeAbort returns a settled call's abort bit (as its record names it). A bit the call
+// does not hold means the lane that answered broke the protocol.
+func (r *HostRing) FreeAbort(bit int32, fn, id uint32) error {
+	b := bit - r.abortBase
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.bits.holds(b, fn, id) {
+		return fmt.Errorf("%w: abort bit %d does not belong to call %d", fastpath.ErrCorrupt, bit, id)
+	}
+	r.bits.release(b)
+	r.aborts.Clear(int(b))
+	return nil
+}
+
+// ReleaseAbort frees an abort bit (as a record names it) whoever holds it: its call is
+// settled without a result, or runs again and gets a new one.
+func (r *HostRing) ReleaseAbort(bit int32) {
+	r.mu.Lock()
+	if b := bit - r.abortBase; r.bits.release(b) {
+		r.aborts.Clear(int(b))
+	}
+	r.mu.Unlock()
+}
+
+// Drain settles every result waiting on the return ring, unless someone else is draining,
+// and then moves backlog calls into the slots those results freed (its own ring's, and the
+// shared ring's). It reports how many results it took, and the error of one that broke the
+// protocol: the lane must die, and the results after it in its batch settled nothing.
+//
+// It looks at the ring only while it holds draining: Fence takes it before fencing the
+// ring, so a drainer never touches a region that is being unmapped. A goroutine lane's
+// region is never unmapped: after letting go, Drain looks again there, so that a result
+// published while it held the flag, whose producer found it taken, is still drained. (A
+// Remote lane's results are found by the reaper or a spinning caller, which loop.)
+func (r *HostRing) Drain() (settled int, err error) {
+	for {
+		if !r.draining.CompareAndSwap(false, true) {
+			return settled, nil
+		}
+		if r.fenced.Load() {
+			r.draining.Store(false)
+			return settled, nil
+		}
+		pending := r.ret.Poll()
+		if pending == 0 {
+			r.draining.Store(false)
+			if r.remote || r.ret.Peek() == 0 {
+				return settled, nil
+			}
+			continue
+		}
+		settled += bits.OnesCount32(pending)
+		if r.remote {
+			// A result from another process is caused by a request we published under mu,
+			// but Go's memory model (and the race detector, which does not track mapped
+			// memory) cannot see through that process: taking mu orders what callers wrote
+			// before publishing (their call records) before what we read now.
+			r.mu.Lock()
+			//lint:ignore SA2001 the empty critical section is the point
+			r.mu.Unlock()
+		}
+		err := r.ret.Take(pending, r.settleSlot)
+		r.draining.Store(false)
+		if err != nil {
+			return settled, err
+		}
+		if r.queued.Load() > 0 {
+			r.Flush()
+		}
+		if sh := r.shared; sh != nil && sh.queued.Load() > 0 {
+			sh.Flush()
+		}
+		if r.remote || r.ret.Peek() == 0 {
+			return settled, nil
+		}
+	}
+}
+
+// Waiting reports whether results wait on the return ring. Safe beside a drainer.
+func (r *HostRing) Waiting() bool { return r.ret.Peek() != 0 }
+
+// Fence stops the return ring for good once the lane has ended: it waits for the drainer,
+// settles what the lane published before it ended (release; an abandoned lane's results
+// are not read: it may still be writing them), and fences the ring, which Drain never
+// reads again: the owner may unmap it.
+func (r *HostRing) Fence(release bool) {
+	for !r.draining.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	if release { // the lane is gone: what it published before it ended still counts
+		_ = r.ret.Take(r.ret.Poll(), r.settleSlot)
+	}
+	r.fenced.Store(true)
+	r.draining.Store(false)
+}
+
+// settleSlot reads and checks result slot i and has the owner settle it. Every field is
+// hostile: a bad one is an error wrapping fastpath.ErrCorrupt, never a panic.
+func (r *HostRing) settleSlot(i int) error {
+	s := r.ret.Slot(i)
+	fn := s.Fn()
+	if int(fn) >= len(r.tasks) || r.tasks[fn] == nil {
+		return fmt.Errorf("%w: result for function %d", fastpath.ErrCorrupt, fn)
+	}
+	flags := s.Flags()
+	from := r
+	if flags&SharedResult != 0 { // a call the lane claimed from the shared ring
+		if from = r.shared; from == nil {
+			return fmt.Errorf("%w: %w", fastpath.ErrCorrupt, errNotShared)
+		}
+	}
+	payload, err := r.ret.Payload(i)
+	if err != nil {
+		return err
+	}
+	if bit := int32(s.Abort()) - 1; bit >= 0 && r.remote {
+		if err := from.FreeAbort(bit, fn, s.Call()); err != nil {
+			return err
+		}
+	}
+	// Field by field: a composite literal is built aside and copied in wide loads that the
+	// CPU cannot forward from the narrow stores that built it, a stall on every result.
+	res := &r.result
+	res.Def, res.Key, res.Shared = r.tasks[fn], from.key, from != r
+	res.ID, res.Gen, res.Outcome, res.Ran = s.Call(), s.Gen(), Outcome(flags&^SharedResult), s.Seq()
+	res.Payload = payload
+	err = r.settle(res)
+	res.Def, res.Payload = nil, nil // nothing kept alive, no view of the slot kept
+	return err
+}
+
+// abortBits hands a bitmap's abort bits to cancellable calls. The ring's mutex guards it.
+type abortBits struct {
+	owner []uint64 // owner[bit] names the call holding it (abortOwner), 0 when free
+	free  []int32
+}
+
+func newAbortBits(n int) abortBits {
+	a := abortBits{owner: make([]uint64, n)}
+	for i := range n {
+		a.free = append(a.free, int32(n-1-i))
+	}
+	return a
+}
+
+// abortOwner names a call by task and record: record ids are per task.
+func abortOwner(fn, id uint32) uint64 { return uint64(fn)<<32 | uint64(id) + 1 }
+
+// alloc gives call id of task fn a bit, or -1 when all are taken (the call can then be
+// settled by its caller but not interrupted on its lane).
+func (a *abortBits) alloc(fn, id uint32) int32 {
+	n := len(a.free)
+	if n == 0 {
+		return -1
+	}
+	bit := a.free[n-1]
+	a.free = a.free[:n-1]
+	a.owner[bit] = abortOwner(fn, id)
+	return bit
+}
+
+// holds reports whether bit belongs to call id of task fn.
+func (a *abortBits) holds(bit int32, fn, id uint32) bool {
+	return bit >= 0 && int(bit) < len(a.owner) && a.owner[bit] == abortOwner(fn, id)
+}
+
+// release frees bit, whoever held it; it reports whether it was held.
+func (a *abortBits) release(bit int32) bool {
+	if bit < 0 || int(bit) >= len(a.owner) || a.owner[bit] == 0 {
+		return false
+	}
+	a.owner[bit] = 0
+	a.free = append(a.free, bit)
+	return true
+}
