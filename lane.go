@@ -201,19 +201,24 @@ func (l *lane) settle(r *actors.Result) error {
 	if r.Shared { // a call the lane claimed from the shared ring
 		sh = l.p.shared
 	}
-	// The lane counts as idle before the caller wakes, so a balancer sees it free.
+	// The lane counts as idle, and a claimed call as its own, before the caller wakes: a
+	// balancer sees it free, and Stats read after the result count the call.
 	if sh == nil && l.inflight.Add(-1) == 0 && l.state.Load() == laneRetiring {
 		l.retireIdle()
+	}
+	if sh != nil {
+		l.claimed.Add(1)
 	}
 	if err := r.Def.SettleResult(l.p.id, r.Key, r.ID, r.Gen, r.Outcome, r.Payload, l.proc == nil, r.Ran, l); err != nil {
 		if sh == nil {
 			l.inflight.Add(1)
+		} else {
+			l.claimed.Add(^uint64(0))
 		}
 		return fmt.Errorf("%w: %v", fastpath.ErrCorrupt, err)
 	}
 	if sh != nil {
 		sh.settled()
-		l.claimed.Add(1)
 		if max := l.p.cfg.MaxCallsPerLane; max > 0 {
 			l.mu.Lock()
 			l.countCall(max)

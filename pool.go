@@ -206,10 +206,13 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	p.up.Store(true)
 	if cfg.Runtime == Process {
 		p.spares.Refill()
-		if cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0 {
-			p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
-			go p.watchdog(p.stopWatch, p.watchDone)
-		}
+	}
+	// A stealing pool of goroutine lanes runs the watchdog too, for its shared-ring backstop
+	// (it rings parked lanes while calls wait unclaimed; the per-lane checks are for
+	// process lanes only).
+	if cfg.Runtime == Process && (cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0) || p.shared != nil {
+		p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
+		go p.watchdog(p.stopWatch, p.watchDone)
 	}
 	if err := p.startObserving(); err != nil {
 		_ = p.Close(context.Background())
