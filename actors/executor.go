@@ -148,19 +148,20 @@ func (e *Executor) Run() error {
 			continue
 		}
 		n := 0
-		err := req.Take(pending, func(i int) error {
+		var err error
+		for i := range req.Slots(pending) { // Take's loop, inlined on the hot path
 			s := req.Slot(i)
 			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq(), deadline: s.Deadline()}
 			if !e.Local {
-				p, err := req.Payload(i)
-				if err != nil {
-					return err
+				var p []byte
+				if p, err = req.Payload(i); err != nil {
+					break
 				}
 				inputs[n] = append(inputs[n][:0], p...)
 			}
 			n++
-			return nil
-		})
+		}
+		req.Retire(pending)
 		if err != nil {
 			return err
 		}

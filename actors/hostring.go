@@ -437,7 +437,12 @@ func (r *HostRing) Drain() (settled int, err error) {
 			//lint:ignore SA2001 the empty critical section is the point
 			r.mu.Unlock()
 		}
-		err := r.ret.Take(pending, r.settleSlot)
+		for i := range r.ret.Slots(pending) { // Take's loop, inlined on the hot path
+			if err = r.settleSlot(i); err != nil {
+				break
+			}
+		}
+		r.ret.Retire(pending)
 		r.draining.Store(false)
 		if err != nil {
 			return settled, err
