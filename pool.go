@@ -472,21 +472,34 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		if err == nil {
 			return l, nil
 		}
-		full, isFull := err.(*actors.BacklogFull)
-		switch {
-		case err == errLaneGone:
+		if err == errLaneGone {
 			continue
-		case isFull && p.cfg.BlockWhenFull:
-			select {
-			case <-full.Space:
-				continue
-			case <-ctx.Done():
-				return nil, ctxError(ctx, c.Def)
-			}
-		default:
-			return nil, &Error{Code: CodeOverloaded, Lane: l.idx, Task: c.Def.Name(),
-				Message: fmt.Sprintf("lane backlog of %d calls is full", p.cfg.Backlog)}
 		}
+		if err := p.full(ctx, c, err, l.idx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// full handles a submit that found a backlog full (lane -1: the shared ring's): with
+// BlockWhenFull it waits for room and returns nil (try again), else OVERLOADED.
+func (p *Pool) full(ctx context.Context, c actors.Call, err error, lane int) error {
+	full, isFull := err.(*actors.BacklogFull)
+	switch {
+	case isFull && p.cfg.BlockWhenFull:
+		select {
+		case <-full.Space:
+			return nil
+		case <-ctx.Done():
+			return ctxError(ctx, c.Def)
+		}
+	default:
+		which := "lane"
+		if lane < 0 {
+			which = "shared"
+		}
+		return &Error{Code: CodeOverloaded, Lane: lane, Task: c.Def.Name(),
+			Message: fmt.Sprintf("%s backlog of %d calls is full", which, p.cfg.Backlog)}
 	}
 }
 
@@ -509,20 +522,11 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 		if err == nil {
 			return s, nil
 		}
-		full, isFull := err.(*actors.BacklogFull)
-		switch {
-		case err == errClosed:
+		if err == errClosed {
 			return nil, errClosed
-		case isFull && p.cfg.BlockWhenFull:
-			select {
-			case <-full.Space:
-				continue
-			case <-ctx.Done():
-				return nil, ctxError(ctx, c.Def)
-			}
-		default:
-			return nil, &Error{Code: CodeOverloaded, Lane: -1, Task: c.Def.Name(),
-				Message: fmt.Sprintf("shared backlog of %d calls is full", p.cfg.Backlog)}
+		}
+		if err := p.full(ctx, c, err, -1); err != nil {
+			return nil, err
 		}
 	}
 }
