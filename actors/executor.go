@@ -93,12 +93,23 @@ func (e *Executor) Run() error {
 			return false
 		}
 		if e.claimed == 0 && claimErr == nil && e.Steal.Pending() {
+			// Busy before the claim, idle again only if it took nothing: the host counts
+			// an awake lane that is not busy as one that will claim what it publishes, and
+			// a lane that has claimed claims nothing more until its batch ends (issue 13:
+			// counted between its claim and its first call, it left a call waiting).
+			e.running.Store(fastpath.RunningWord(e.last, true))
 			e.claimed, claimErr = e.claim()
-			// Calls still wait although the claim took none (a peer's handshake held
-			// them, or its claim took half): look again rather than park, or they could
-			// wait for a lane the host counted on. A lane that lost them all to a
-			// peer sees none and keeps its spin budget running out.
-			retry = e.claimed == 0 && claimErr == nil && e.Steal.Pending()
+			retry, e.busy = false, true
+			if e.claimed == 0 && claimErr == nil {
+				e.running.Store(fastpath.RunningWord(e.last, false))
+				e.busy = false
+				// Calls still wait although the claim took none (a peer's handshake held
+				// them, or its claim took half): look again rather than park, or they could
+				// wait for a lane the host counted on. A lane that lost them all to a
+				// peer sees none and keeps its spin budget running out. (Loaded after
+				// the store of idle: a host that read busy before it counted another lane.)
+				retry = e.Steal.Pending()
+			}
 		}
 		return e.claimed > 0 || claimErr != nil || retry
 	}
