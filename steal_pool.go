@@ -382,7 +382,17 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 	if s.host.Queued() > 0 { // recovery retired the slots the lane held
 		s.flush()
 	}
+	s.leaving()
 	s.p.callDone()
+}
+
+// leaving follows a lane that stopped claiming (retiring: its open word is cleared; dead:
+// recovered): a call published just before may have counted on it, so the lanes left are
+// woken for what still waits. (Its state, stored before, keeps wake from counting it.)
+func (s *shared) leaving() {
+	if s.prod.Waiting() > 0 { // reads shared words only: safe beside the producer
+		s.wake()
+	}
 }
 
 // close fails every call still on the ring or its backlog once the pool has stopped its
