@@ -366,7 +366,7 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 		return
 	}
 	l := p.laneByKey(r.Lane.Load())
-	if l == nil || l.proc == nil {
+	if l == nil || !l.reaper {
 		return
 	}
 	if cause == errHardTimeout {
@@ -406,7 +406,7 @@ func (t *Task[In, Out]) expireShared(p *Pool, r *actors.Record[In, Out], cause e
 	seq, gen := r.Seq.Load(), r.Gen.Load()
 	hard := t.def.Options().HardTimeout
 	kill := func() {
-		if l := s.holder(seq); l != nil && l.proc != nil && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
+		if l := s.holder(seq); l != nil && l.reaper && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
 			l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
 		}
 	}

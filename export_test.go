@@ -2,6 +2,8 @@ package knit
 
 import (
 	"fmt"
+	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -67,11 +69,8 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	}
 	l := newLane(p, 0, 0)
 	l.region = region
-	// The zero lifecycle.Process has no process: the kill a corrupt ring causes only
-	// records why.
-	pl := &procLane{Process: &lifecycle.Process{}, ready: make(chan struct{}), gone: make(chan struct{})}
-	close(pl.ready)
-	l.proc = pl
+	run := &harnessRun{region: region}
+	l.run = run
 	l.ring = l.newRing()
 	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
 	l.wake.SetAwake() // calls are not rung for: the harness takes them when it likes
@@ -92,8 +91,45 @@ func (h *ResultHarness) Drain() int { return h.l.drain() }
 
 // Corrupt is why the host would have killed the lane as corrupt, if it would have.
 func (h *ResultHarness) Corrupt() error {
-	return h.l.proc.Killed().Corrupt
+	return h.l.run.(*harnessRun).killed()
 }
+
+// harnessRun is the harness lane's incarnation: remote, with no process behind it; the kill
+// a corrupt ring causes only records why.
+type harnessRun struct {
+	region *fastpath.Region
+	mu     sync.Mutex
+	why    lifecycle.Exit
+}
+
+func (h *harnessRun) Region() *fastpath.Region         { return h.region }
+func (h *harnessRun) LaneBell() fastpath.Bell          { return fastpath.NewChanBell() }
+func (h *harnessRun) DoneBell() fastpath.Bell          { return fastpath.NewChanBell() }
+func (h *harnessRun) Remote() bool                     { return true }
+func (h *harnessRun) Start(lifecycle.Launch) error     { return nil }
+func (h *harnessRun) Ready() <-chan struct{}           { return closed }
+func (h *harnessRun) Poll()                            {}
+func (h *harnessRun) AwaitReady(<-chan struct{}) bool  { return true }
+func (h *harnessRun) Signal() func(sig syscall.Signal) { return nil }
+func (h *harnessRun) PID() int                         { return 0 }
+func (h *harnessRun) Close()                           {}
+
+func (h *harnessRun) Kill(why lifecycle.Exit) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.why.Corrupt == nil {
+		h.why = why
+	}
+	return true
+}
+
+func (h *harnessRun) killed() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.why.Corrupt
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Close ends the lane as if its process had exited: every call it still holds settles.
 func (h *ResultHarness) Close() {

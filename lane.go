@@ -3,6 +3,7 @@ package knit
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/logging"
-	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/internal/spin"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
@@ -44,7 +44,7 @@ type lane struct {
 	laneBell fastpath.Bell
 	done     fastpath.Completion
 	doneBell fastpath.Bell
-	reaper   bool         // results are drained by a reaper goroutine (process lanes)
+	reaper   bool         // results are drained by a reaper goroutine (Incarnation.Remote)
 	waiters  atomic.Int32 // calls whose settlement is up to the reaper
 	kick     chan struct{}
 
@@ -57,15 +57,17 @@ type lane struct {
 	ended   chan struct{} // closed once the lane has ended and its calls are settled
 	endErr  *Error
 	reaped  chan struct{}
-	exitErr error // what the lane's goroutine returned
 
 	calls int           // under mu: calls accepted, for MaxCallsPerLane
 	idle  chan struct{} // a retiring lane's last call has settled (recycle.go)
 
-	proc     *procLane // nil for goroutine lanes
-	started  bool      // the lane's goroutine or process was started: it will end by itself
-	unmapped bool      // under mu: the region is gone
-	normal   bool      // it ended on its own with success; set before ended is closed
+	run      lifecycle.Incarnation  // what runs it: a goroutine or a process
+	started  bool                   // its incarnation was started: it will end by itself
+	unmapped bool                   // under mu: the region is gone
+	normal   bool                   // it ended on its own with success; set before ended is closed
+	gone     chan struct{}          // closed once its region is released too (or it is abandoned)
+	goneOnce sync.Once              //
+	final    fastpath.StatsSnapshot // counters at the end, once the region is released
 }
 
 func newLane(p *Pool, idx, inc int) *lane {
@@ -75,51 +77,68 @@ func newLane(p *Pool, idx, inc int) *lane {
 		acked:  make(chan struct{}),
 		ended:  make(chan struct{}),
 		reaped: make(chan struct{}),
+		gone:   make(chan struct{}),
 		idle:   make(chan struct{}, 1),
 	}
 }
 
-// start starts the lane: a goroutine running the executor, or a process (see startProcess).
+// start opens an incarnation on the pool's runtime and starts it: a goroutine running the
+// executor, or a process (lifecycle.Runtime). It returns once the incarnation runs; a
+// process's ready report comes later (lifecycle.Incarnation.AwaitReady).
 func (l *lane) start() error {
-	if l.p.cfg.Runtime == Process {
-		return l.startProcess()
-	}
-	cfg := l.p.cfg
-	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: 64, AbortBits: 1}
-	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, uint32(l.idx), uint32(l.inc), l.p.epoch.UnixNano())
+	run, err := l.p.runtime.Open(l.idx, l.inc)
 	if err != nil {
-		return err
+		return l.startErr("%v", err)
 	}
-	l.region = region
-	l.debugRegion("heap")
+	l.run, l.region = run, run.Region()
+	l.debugRegion(l.p.memory)
+	l.reaper = run.Remote() // its results wait on the return ring for a drainer
 	l.ring = l.newRing()
-	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
-	l.done = region.Returns().Completion()
-	close(l.reaped) // an in-process lane drains its own results: no reaper
-	l.started = true
-	exec := &actors.Executor{
-		Region: l.region, Lane: l.laneBell, Drain: func() { l.drain() },
-		Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex, Panic: cfg.PanicCrashesLane,
-		Timed: l.p.obs.timed(),
+	l.wake, l.laneBell = l.region.LaneWake(), run.LaneBell()
+	l.done, l.doneBell = l.region.Returns().Completion(), run.DoneBell()
+	launch := lifecycle.Launch{
+		Exec: l.executor, Boot: l.bootRecord, Debug: l.debug, End: l.end,
+		Stopping: func() bool { return l.state.Load() == laneStopping },
+		// A restart takes a spare; a first start never does: the first lanes start
+		// together, and spares start once the pool is up (lanes added by Resize, whose
+		// incarnation is 0 too, start once it is up).
+		Spare: l.inc > 0 || l.p.up.Load(),
 	}
 	if s := l.p.shared; s != nil {
-		if exec.Steal, err = s.consumer(l); err != nil {
-			return err
+		if l.cid = s.join(l); l.cid >= 0 && s.mp != nil { // a process lane maps the ring's memfd
+			launch.Files = []*os.File{s.mp.File()}
 		}
 	}
-	go func() {
-		returned := false
-		defer func() {
-			if !returned { // runtime.Goexit in a task
-				l.exitErr = lifecycle.ErrGoexit
-			}
-			l.end()
-		}()
-		l.exitErr = exec.Run()
-		returned = true
-	}()
-	l.debug("lane goroutine started")
+	l.started = true // from here on the lane ends through end
+	if err := run.Start(launch); err != nil {
+		l.started = false
+		l.release()
+		if s := l.p.shared; s != nil {
+			s.leave(l)
+		}
+		return l.startErr("%v", err)
+	}
+	if l.reaper {
+		go l.reap()
+	} else {
+		close(l.reaped) // the lane drains its own results: no reaper
+	}
 	return nil
+}
+
+// executor is what a goroutine incarnation runs: it settles its results itself, right after
+// each publish, and claims from the shared ring when it has one.
+func (l *lane) executor() (actors.Executor, error) {
+	cfg := l.p.cfg
+	exec := actors.Executor{
+		Drain: func() { l.drain() }, Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex,
+		Panic: cfg.PanicCrashesLane, Timed: l.p.obs.timed(),
+	}
+	var err error
+	if l.cid >= 0 {
+		exec.Steal, err = l.p.shared.ring.Consumer(l.cid, l.p.root)
+	}
+	return exec, err
 }
 
 // debug logs msg at Debug in the lane namespace with the lane's identity.
@@ -146,8 +165,8 @@ func (l *lane) debugRegion(kind string) {
 func (l *lane) newRing() *actors.HostRing {
 	c := actors.RingConfig{Mu: &l.mu, Owner: l, Submit: &actors.LaneProducer{Producer: l.region.Requests().Producer()},
 		Key: l.key, Backlog: l.p.cfg.Backlog, BlockWhenFull: l.p.cfg.BlockWhenFull,
-		Returns: l.region.Returns().Consumer(), Tasks: l.p.byIndex, Settle: l.settle, Remote: l.proc != nil}
-	if l.proc != nil {
+		Returns: l.region.Returns().Consumer(), Tasks: l.p.byIndex, Settle: l.settle, Remote: l.reaper}
+	if l.reaper {
 		c.Aborts = l.region.Aborts()
 	}
 	if sh := l.p.shared; sh != nil {
@@ -209,7 +228,7 @@ func (l *lane) settle(r *actors.Result) error {
 	if sh != nil {
 		l.claimed.Add(1)
 	}
-	if err := r.Def.SettleResult(l.p.id, r.Key, r.ID, r.Gen, r.Outcome, r.Payload, l.proc == nil, r.Ran, l); err != nil {
+	if err := r.Def.SettleResult(l.p.id, r.Key, r.ID, r.Gen, r.Outcome, r.Payload, !l.reaper, r.Ran, l); err != nil {
 		if sh == nil {
 			l.inflight.Add(1)
 		} else {
@@ -262,14 +281,14 @@ func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
 // its own result costs the lane no wake-up.
 func (l *lane) reap() {
 	defer close(l.reaped)
-	for l.proc != nil && !l.isReady() { // boot: the lane rings the doorbell once ready
+	for !isClosed(l.run.Ready()) { // boot: the lane rings the doorbell once ready
 		select {
 		case <-l.ended:
 			return
 		default:
 		}
 		l.done.Wait(l.doneBell, 0)
-		l.checkReady()
+		l.run.Poll()
 	}
 	safety := time.NewTimer(reapSafety)
 	defer safety.Stop()
@@ -381,15 +400,6 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-func (l *lane) isReady() bool {
-	select {
-	case <-l.proc.ready:
-		return true
-	default:
-		return false
-	}
-}
-
 // needReaper registers a caller that will block until the reaper settles its call.
 // In-process lanes need none: they drain their own results.
 func (l *lane) needReaper() {
@@ -446,12 +456,16 @@ func (l *lane) wakeReaper() {
 	l.doneBell.Wake(l.done.Word())
 }
 
-// end runs once the lane's goroutine has returned: it classifies the end, fences the
-// rings and settles every call the lane held.
-func (l *lane) end() {
-	e, normal := lifecycle.ClassifyReturn(l.idx, l.state.Load() == laneStopping, l.exitErr)
+// end runs once the lane's incarnation has ended (lifecycle.Launch.End), with how it
+// ended: it fences the rings and settles every call the lane held. The region is released
+// only after the reaper has let go of it.
+func (l *lane) end(e *Error, normal bool) {
 	l.normal = normal
 	l.close(e, true)
+	l.wakeReaper()
+	<-l.reaped
+	l.release()
+	l.goneOnce.Do(func() { close(l.gone) })
 }
 
 // close fences the lane and settles what it held with e. release is false for a lane whose
@@ -477,8 +491,8 @@ func (l *lane) close(e *Error, release bool) {
 	}
 	l.inflight.Add(int32(-held))
 	if sh := l.p.shared; sh != nil && l.started {
-		if !release && l.proc == nil {
-			// An abandoned goroutine may still run its task: once that returns, the stop
+		if !release {
+			// An abandoned lane may still run its task: once that returns, the stop
 			// request keeps it from journaling or claiming more.
 			l.region.Stop().Store(fastpath.StopAbandoned)
 		}
@@ -487,26 +501,24 @@ func (l *lane) close(e *Error, release bool) {
 	l.p.callDone()
 	l.debug("lane ended", zap.String("code", string(e.Code)), zap.String("reason", e.Message), zap.Int("calls_settled", held))
 	close(l.ended)
+	if !release { // abandoned: its end may never come
+		l.goneOnce.Do(func() { close(l.gone) })
+	}
 }
 
 // corrupt kills a lane whose return ring broke the protocol.
 func (l *lane) corrupt(err error) {
 	l.debugTo(l.p.fastLog, "return ring broke the protocol", zap.Error(err))
-	if l.proc != nil {
-		l.kill(lifecycle.Exit{Corrupt: err})
+	if l.run.Kill(lifecycle.Exit{Corrupt: err}) {
 		return
 	}
 	l.close(&Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "corrupt return ring", Cause: err}, false)
 }
 
 // Ended implements supervisor.Worker: closed once the lane has ended, its calls are settled
-// and, for a process lane, its process is reaped and its region unmapped.
-func (l *lane) Ended() <-chan struct{} {
-	if l.proc != nil {
-		return l.proc.gone
-	}
-	return l.ended
-}
+// and its region is released (a process lane's process is reaped by then), or once it is
+// abandoned.
+func (l *lane) Ended() <-chan struct{} { return l.gone }
 
 // Open implements supervisor.Worker: the lane takes calls from now on. When the
 // incarnation it follows has not ended, this one replaces it in a recycle: the recycled one

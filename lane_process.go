@@ -2,7 +2,6 @@ package knit
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,83 +12,11 @@ import (
 	"github.com/knitgo/knit/lifecycle"
 )
 
-// procLane is what a process lane adds to a lane: its process (lifecycle.Process), its
-// region and doorbell (lifecycle.Memory), and what the host learns about it.
-type procLane struct {
-	*lifecycle.Process
-	mem   *lifecycle.Memory
-	ready chan struct{} // closed once the lane has reported ready
-	gone  chan struct{} // closed once its calls are settled and its region unmapped
-	spare bool          // it was a spare: initialised already, it is ready within Liveness
-
-	final fastpath.StatsSnapshot // counters at the end, once the region is unmapped
-}
-
-// startProcess creates the region and starts the lane process (lifecycle.Launcher). It
-// returns once the process has started; ready is closed when it reports ready.
-//
-// The region is a sealed memfd in both shared-memory modes (lifecycle.Memory). With
-// SharedMemory Named the lane inherits no descriptor: it collects the memfd and the eventfd
-// from a rendezvous socket named in its boot record (shm.Rendezvous).
-func (l *lane) startProcess() error {
-	cfg := l.p.cfg
-	layout := fastpath.Layout{Inline: cfg.Payload.Inline, Arena: cfg.Payload.Arena, AbortBits: fastpath.DefaultAbortBits}
-	pl := &procLane{ready: make(chan struct{}), gone: make(chan struct{})}
-	if l.idx == 0 && l.inc == 0 {
-		l.p.sweepShm()
-	}
-	var err error
-	if pl.mem, err = lifecycle.NewMemory(layout, uint32(l.idx), uint32(l.inc), l.p.epoch.UnixNano()); err != nil {
-		return l.startErr("%v", err)
-	}
-	l.region = pl.mem.Region
-	l.debugRegion(cfg.Process.SharedMemory.String())
-	l.proc = pl
-	l.ring = l.newRing()
-	l.wake, l.done = l.region.LaneWake(), l.region.Returns().Completion()
-	l.laneBell, l.doneBell = fastpath.FutexBell{}, pl.mem.DoneBell()
-	l.reaper = true
-	if s := l.p.shared; s != nil {
-		l.cid = s.join(l)
-	}
-	files := append(pl.mem.Files(), l.stealFiles()...)
-
-	// A restart takes a spare — a process that has exec'd and initialised already — when
-	// one is waiting; a first start, or a restart with none, spawns. A spare receives its
-	// descriptors on its socket, whatever the shared-memory mode. First starts never take
-	// one: they start together, and a spare is only started once the pool is up. (Lanes
-	// added by Resize, whose incarnation is 0 too, start once it is up.)
-	if l.inc > 0 || l.p.up.Load() {
-		if sp := l.p.spares.Take(); sp != nil {
-			pid := sp.PID()
-			if pl.Process, err = l.p.procs.Assign(sp, l.bootRecord(), files); err == nil {
-				pl.spare = true
-				l.debug("spare process assigned")
-			} else {
-				l.debug("spare process refused its assignment: spawning", zap.Int("pid", pid), zap.Error(err))
-			}
-			l.p.spares.Refill()
-		}
-	}
-	if pl.Process == nil {
-		if pl.Process, err = l.p.procs.Start(l.bootRecord(), files); err != nil {
-			l.release()
-			if s := l.p.shared; s != nil {
-				s.leave(l)
-			}
-			return l.startErr("%v", err)
-		}
-	}
-	l.started = true // from here on the lane ends through waitProcess
-	l.debug("lane process started", zap.Int("pid", pl.PID()))
-	go l.waitProcess()
-	go l.reap()
-	return nil
-}
-
-// openProcesses readies a pool of process lanes to start them: its launcher and its spares.
+// openProcesses readies a pool of process lanes to start them: its runtime, launcher and
+// spares. It sweeps what dead hosts left in /dev/shm first.
 func (p *Pool) openProcesses() {
 	cfg := p.cfg
+	p.sweepShm()
 	p.procs = &lifecycle.Launcher{
 		Command: cfg.Process.Command, Prefix: cfg.Process.Prefix, Env: cfg.Process.Env,
 		Named: cfg.Process.SharedMemory == Named, StartupTimeout: cfg.StartupTimeout,
@@ -97,6 +24,12 @@ func (p *Pool) openProcesses() {
 		Killed: func(lane int, why lifecycle.Exit) { p.obs.killed(lane, "SIGKILL", killReason(why)) },
 	}
 	p.spares.Launcher, p.spares.Count, p.spares.Log = p.procs, cfg.Process.Spares, p.log
+	p.runtime = &lifecycle.Processes{
+		Launcher: p.procs, Spares: &p.spares, Epoch: p.epoch.UnixNano(),
+		Layout:         fastpath.Layout{Inline: cfg.Payload.Inline, Arena: cfg.Payload.Arena, AbortBits: fastpath.DefaultAbortBits},
+		StartupTimeout: cfg.StartupTimeout, Liveness: cfg.Liveness, Limits: p.limitsExit,
+	}
+	p.memory = cfg.Process.SharedMemory.String()
 }
 
 // sweepShm removes what dead hosts left in /dev/shm (see SweepSharedMemory).
@@ -149,18 +82,6 @@ func (l *lane) bootRecord() lifecycle.Boot {
 	return boot
 }
 
-// awaitReady waits for the lane to report ready, to exit, or for the startup timeout.
-func (l *lane) awaitReady() error {
-	timeout := l.p.cfg.StartupTimeout
-	if l.proc.spare && l.p.cfg.Liveness > 0 {
-		timeout = min(timeout, l.p.cfg.Liveness)
-	}
-	if l.proc.AwaitReady(l.proc.ready, l.ended, timeout) {
-		return nil
-	}
-	return l.endError()
-}
-
 // stopping is the stop protocol's escalation for the lane (lifecycle.Stop): a process lane's
 // process group is signalled; a goroutine lane is abandoned, its rings fenced and its calls
 // settled.
@@ -174,64 +95,21 @@ func (l *lane) stopping() lifecycle.Stop {
 			l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
 		},
 	}
-	if l.proc != nil {
-		s.Signal = l.proc.Signal
-	}
+	s.Signal = l.run.Signal()
 	return s
 }
 
-// kill ends the lane's whole process group; why says what the host will report.
-func (l *lane) kill(why lifecycle.Exit) { l.proc.Kill(why) }
+// kill ends the lane's incarnation (a process lane's whole process group); why says what the
+// host will report. A goroutine cannot be killed: callers only kill remote lanes.
+func (l *lane) kill(why lifecycle.Exit) { l.run.Kill(why) }
 
-// waitProcess waits for the lane process to end, classifies the end, and settles every
-// call the lane held. The region is unmapped only after the process has exited and the
-// reaper has let go of it.
-func (l *lane) waitProcess() {
-	pl := l.proc
-	x := pl.Wait()
-	x.Lane = l.idx
-	x.Stopping = l.state.Load() == laneStopping
-	// Ready is what the host saw (the reaper closed ready), not the boot word now: a lane
-	// may have rewritten that, or the whole region, before it went.
-	select {
-	case <-pl.ready:
-		x.Ready = true
-	default:
-	}
-	if !x.Ready {
-		x.Fatal = l.region.Fatal()
-	}
-	pl.Collect(&x) // its cgroup goes, with every process left in it
-	l.limitsExit(&x)
-	l.debug("lane process reaped", zap.Int("pid", pl.PID()), zap.Int("status", x.Status), zap.Stringer("signal", x.Signal))
-	e := lifecycle.Classify(x)
-	l.normal = e.Code == CodeWorkerExited && x.Status == 0
-	l.close(e, true)
-	l.wakeReaper()
-	<-l.reaped
-	pl.final = l.region.Stats().Snapshot()
-	l.release()
-	close(pl.gone)
-}
-
-// release unmaps the region and closes the doorbell.
+// release releases the region (a process lane's mapping and doorbell) once nothing reads it.
 func (l *lane) release() {
-	pl := l.proc
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.final = l.region.Stats().Snapshot()
 	l.unmapped = true
-	pl.mem.Close()
-}
-
-// ready reports, from the reaper, whether the lane has booted; it closes proc.ready once.
-func (l *lane) checkReady() {
-	select {
-	case <-l.proc.ready:
-	default:
-		if l.region.Boot().Load() == fastpath.BootReady {
-			close(l.proc.ready)
-		}
-	}
+	l.run.Close()
 }
 
 // endError is the lane's classified end, once ended is closed.
@@ -246,7 +124,7 @@ func (l *lane) endError() *Error {
 func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.proc == nil || l.unmapped {
+	if !l.reaper || l.unmapped {
 		return
 	}
 	l.ring.RaiseAbortLocked(bit, fn, id)
@@ -256,12 +134,4 @@ func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 func (l *lane) AbortRaised() {
 	l.region.AbortWake().Add(1)
 	_, _ = futex.Wake(l.region.AbortWake(), 1)
-}
-
-// stealFiles is the shared ring's memfd, for a lane that claims from it.
-func (l *lane) stealFiles() []*os.File {
-	if l.cid < 0 {
-		return nil
-	}
-	return []*os.File{l.p.shared.mp.File()}
 }

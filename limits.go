@@ -203,9 +203,9 @@ func (p *Pool) closeLimits() {
 
 // limitsExit adds to a lane process's Exit the limits it ran under. The process has been
 // waited for (lifecycle.Process.Collect added what the kernel says about them).
-func (l *lane) limitsExit(x *lifecycle.Exit) {
-	x.MemoryLimit, x.CPULimit = l.p.limits.memory, l.p.limits.cpu
-	if b := l.p.limits.boot; b != nil {
-		x.DataLimited = b.Data > 0 && b.Procs == 0 && l.p.cfg.Process.Limits.Processes == 0
+func (p *Pool) limitsExit(x *lifecycle.Exit) {
+	x.MemoryLimit, x.CPULimit = p.limits.memory, p.limits.cpu
+	if b := p.limits.boot; b != nil {
+		x.DataLimited = b.Data > 0 && b.Procs == 0 && p.cfg.Process.Limits.Processes == 0
 	}
 }

@@ -286,7 +286,7 @@ func (l *lane) counters() fastpath.StatsSnapshot {
 	defer l.mu.Unlock()
 	switch {
 	case l.unmapped:
-		return l.proc.final
+		return l.final
 	case l.region != nil:
 		return l.region.Stats().Snapshot()
 	}

@@ -85,7 +85,9 @@ type Pool struct {
 
 	shared *shared // a stealing pool's shared submit ring (nil: private lanes)
 
-	procs *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
+	procs   *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
+	runtime lifecycle.Runtime   // where the lanes' incarnations run
+	memory  string              // what their regions are made of, for the fastpath log
 }
 
 var poolIDs atomic.Uint64
@@ -171,6 +173,9 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 			return nil, err
 		}
 		p.openProcesses()
+	} else {
+		p.runtime = lifecycle.Goroutines{Inline: cfg.Payload.Inline, Epoch: p.epoch.UnixNano()}
+		p.memory = "heap"
 	}
 	if !supervised {
 		for i := range cfg.Lanes {
@@ -243,11 +248,9 @@ func (h host) StartLane(idx, inc int) (supervisor.Worker, error) {
 	if err := l.start(); err != nil {
 		return nil, err
 	}
-	if l.proc != nil {
-		if err := l.awaitReady(); err != nil {
-			<-l.proc.gone
-			return nil, err
-		}
+	if !l.run.AwaitReady(l.ended) {
+		<-l.gone
+		return nil, l.endError()
 	}
 	return l, nil
 }
@@ -707,13 +710,6 @@ type LaneStats struct {
 	Claimed uint64
 }
 
-func (l *lane) pid() int {
-	if l.proc == nil {
-		return 0
-	}
-	return l.proc.PID()
-}
-
 // Stats describes a pool.
 type Stats struct {
 	Runtime       Runtime
@@ -748,17 +744,9 @@ func (p *Pool) Stats() Stats {
 		// Between a new incarnation's booting and its ready, the lane pointer still names
 		// the old one: its PID and counters are not this incarnation's.
 		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
-			var st fastpath.StatsSnapshot
-			l.mu.Lock()
-			switch {
-			case l.unmapped:
-				st = l.proc.final
-			case l.region != nil:
-				st = l.region.Stats().Snapshot()
-			}
-			l.mu.Unlock()
+			st := l.counters()
 			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.ring.Queued()), l.claimed.Load()
-			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.pid()
+			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.run.PID()
 		}
 		p.totalsOf(i, &ls)
 		s.Lanes = append(s.Lanes, ls)

@@ -69,10 +69,10 @@ func (l *lane) retireIdle() {
 // drops repeated requests while the replacement boots.
 func (p *Pool) checkMemory(l *lane) {
 	max := p.cfg.Process.MaxLaneMemory
-	if max <= 0 || l.proc == nil || l.state.Load() != laneReady || p.closing.Load() {
+	if max <= 0 || !l.reaper || l.state.Load() != laneReady || p.closing.Load() {
 		return
 	}
-	rss, err := procfs.RSS(l.proc.PID()) // /proc/PID/statm: one small read
+	rss, err := procfs.RSS(l.run.PID()) // /proc/PID/statm: one small read
 	if err != nil || rss <= max {
 		return
 	}

@@ -182,14 +182,6 @@ func (s *shared) leave(l *lane) {
 	l.cid = -1
 }
 
-// consumer is a goroutine lane's side of the ring (nil: no id was free).
-func (s *shared) consumer(l *lane) (*steal.Consumer, error) {
-	if l.cid = s.join(l); l.cid < 0 {
-		return nil, nil
-	}
-	return s.ring.Consumer(l.cid, l.p.root)
-}
-
 // submit publishes c on the ring, or queues it in the backlog.
 func (s *shared) submit(c actors.Call) error {
 	// Count the call before looking at closing, as Close sets closing before it looks at
@@ -243,7 +235,7 @@ func (s *shared) wake() {
 // busy, or was woken and has not run yet, or it was parked and this rang it. A process
 // lane's region is read under its mu, which guards it against unmapping.
 func (l *lane) offer() bool {
-	if l.proc != nil {
+	if l.reaper {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.unmapped {
@@ -414,7 +406,7 @@ func laneEndError(l *lane, e *Error) func(started, poison bool) error {
 
 // pokeAborts wakes a process lane's abort watcher to look at the shared abort bits.
 func (l *lane) pokeAborts() {
-	if l.proc == nil {
+	if !l.reaper {
 		return
 	}
 	l.mu.Lock()

@@ -53,7 +53,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 		}
 		for i := range n {
 			for k, l := range p.slots[i].lanes() {
-				if l == nil || l.proc == nil {
+				if l == nil || !l.reaper {
 					continue
 				}
 				if st := l.state.Load(); st != laneReady && st != laneRetiring {

@@ -1,5 +1,6 @@
-// Package lifecycle holds a lane's life outside the fast path: lane states, both halves of
-// the process boot protocol (the lane's Serve, with the sandbox and limits it applies to
+// Package lifecycle holds a lane's life outside the fast path: the runtimes a lane's
+// incarnations run on (Runtime and Incarnation: Goroutines and Processes, behind which the
+// pool never asks which one it has), both halves of the process boot protocol (the lane's Serve, with the sandbox and limits it applies to
 // itself before it serves; the host's Launcher, Process and Spares, which start, hand over
 // to, kill and wait for lane processes, and the Output relay of what they print), the stop
 // protocol and exit classification into coded errors.
