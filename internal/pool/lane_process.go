@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -53,7 +53,7 @@ func (p *Pool) sweepShm() {
 func SweepSharedMemory() ([]string, error) { return shm.Sweep() }
 
 func (l *lane) startErr(format string, args ...any) error {
-	return &Error{Code: CodeStartupFailed, Lane: l.idx, Message: fmt.Sprintf(format, args...)}
+	return &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: l.idx, Message: fmt.Sprintf(format, args...)}
 }
 
 // parkSafetyNet bounds a parked process lane's sleep. The doorbell protocol loses no wake,
@@ -92,7 +92,7 @@ func (l *lane) stopping() lifecycle.Stop {
 		TimedOut: func() { l.p.obs.stopTimedOut(l.idx) },
 		Killed:   func(signal, reason string) { l.p.obs.killed(l.idx, signal, reason) },
 		Abandon: func() {
-			l.close(&Error{Code: CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
+			l.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
 		},
 	}
 	s.Signal = l.run.Signal()
@@ -113,7 +113,7 @@ func (l *lane) release() {
 }
 
 // endError is the lane's classified end, once ended is closed.
-func (l *lane) endError() *Error {
+func (l *lane) endError() *lifecycle.Error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.endErr

@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"

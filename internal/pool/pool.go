@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"context"
@@ -54,8 +54,8 @@ type Pool struct {
 	drainMu             sync.Once
 
 	changeMu sync.Mutex
-	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
-	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
+	changed  chan struct{}                   // closed and replaced when a lane comes up or the pool fails
+	failed   atomic.Pointer[lifecycle.Error] // set when the supervisor gave up every lane
 
 	spares lifecycle.Spares // process lanes started ahead for restarts
 	up     atomic.Bool      // the first boot is over: starts may take spares (resize.go)
@@ -95,15 +95,15 @@ var poolIDs atomic.Uint64
 // Definition is a task that NewPool accepts: a *Task of any type.
 type Definition interface{ actorsDef() actors.Def }
 
-// NewPool starts a pool serving tasks: its supervision tree boots every lane, in parallel,
-// and NewPool returns once all are ready, or with the first startup error.
-func NewPool(cfg Config, tasks ...Definition) (*Pool, error) { return newPool(cfg, true, tasks...) }
+// New starts a pool serving tasks (knit.NewPool): its supervision tree boots every lane, in parallel,
+// and New returns once all are ready, or with the first startup error.
+func New(cfg Config, tasks ...Definition) (*Pool, error) { return newPool(cfg, true, tasks...) }
 
 // newPool starts a pool; without supervised, its lanes run with no supervision tree (so that
 // benchmarks can show what the tree costs the call path: nothing, as it is never on it).
 func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if lifecycle.IsLane() {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
+		return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
 	}
 	if err := checkTasks(tasks); err != nil {
@@ -114,7 +114,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
 	if cfg.Lanes > maxLanes {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
+		return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
 	}
 	p.size.Store(int32(cfg.Lanes))
 	debug := logging.DebugFromEnv()
@@ -328,9 +328,9 @@ func eventLevel(e Event) zapcore.Level {
 
 // Failed implements supervisor.Host.
 func (h host) Failed(err error) {
-	var e *Error
+	var e *lifecycle.Error
 	if !errors.As(err, &e) {
-		e = &Error{Code: CodePoolUnavailable, Lane: -1, Cause: err}
+		e = &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Cause: err}
 	}
 	h.p.failed.Store(e)
 	if h.p.shared != nil { // no lane will claim what is on the shared ring
@@ -450,7 +450,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		l := p.pick()
 		if l == nil {
 			if e := p.failed.Load(); e != nil {
-				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+				return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 			}
 			changed := p.changes()
 			if p.closing.Load() {
@@ -460,7 +460,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
+					return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 						Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 				}
 				select {
@@ -501,7 +501,7 @@ func (p *Pool) full(ctx context.Context, c actors.Call, err error, lane int) err
 		if lane < 0 {
 			which = "shared"
 		}
-		return &Error{Code: CodeOverloaded, Lane: lane, Task: c.Def.Name(),
+		return &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: lane, Task: c.Def.Name(),
 			Message: fmt.Sprintf("%s backlog of %d calls is full", which, p.cfg.Backlog)}
 	}
 }
@@ -515,10 +515,10 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 			return nil, errClosed
 		}
 		if e := p.failed.Load(); e != nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 		}
 		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
+			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 				Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 		}
 		err := s.submit(c)
@@ -558,16 +558,16 @@ func (p *Pool) requeue(r actors.Retry) bool {
 	return true
 }
 
-var errClosed = &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed"}
+var errClosed = &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Message: "pool is closed"}
 
 // ctxError is the error of a call whose caller's context ended.
 func ctxError(ctx context.Context, d actors.Def) error {
 	err := ctx.Err()
-	code := CodeCanceled
+	code := lifecycle.CodeCanceled
 	if errors.Is(err, context.DeadlineExceeded) {
-		code = CodeTimeout
+		code = lifecycle.CodeTimeout
 	}
-	return &Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
+	return &lifecycle.Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
 }
 
 // callDone follows a settled call: while closing, the last one opens Close's drain wait.
@@ -633,7 +633,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			<-p.watchDone
 		}
 		if p.shared != nil {
-			p.shared.close(&Error{Code: CodeThreadClosed, Lane: -1, Message: "pool closed"})
+			p.shared.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()
 		}
 		p.spares.Close()
@@ -649,7 +649,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			for i, l := range unacked {
 				names[i] = fmt.Sprint(l)
 			}
-			p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
+			p.closeErr = &lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1,
 				Message: "lanes did not acknowledge their stop request and were " + what + ": " + strings.Join(names, ", ")}
 		}
 	})

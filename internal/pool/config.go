@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
 )
 
@@ -380,27 +381,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// checkOptions refuses task options that cannot mean anything: a negative Timeout or
-// HardTimeout (zero means none).
-func checkOptions(o *actors.Options) error {
-	switch {
-	case o.Timeout < 0:
-		return fmt.Errorf("Timeout %v is negative (0 means none)", o.Timeout)
-	case o.HardTimeout < 0:
-		return fmt.Errorf("HardTimeout %v is negative (0 means none)", o.HardTimeout)
-	}
-	return nil
-}
-
 // checkTasks refuses what NewPool cannot serve: no task at all, or a nil one (a nil *Task,
 // or a Task value not made by Define).
 func checkTasks(tasks []Definition) error {
 	if len(tasks) == 0 {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
 	}
 	for i, t := range tasks {
 		if t == nil || t.actorsDef() == nil {
-			return &Error{Code: CodePoolUnavailable, Lane: -1,
+			return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 				Message: fmt.Sprintf("NewPool: task %d of %d is nil (tasks come from knit.Define)", i+1, len(tasks))}
 		}
 	}
@@ -416,7 +405,7 @@ func checkPortable(cfg Config, defs []actors.Def) error {
 	}
 	for _, d := range defs {
 		if err := actors.CheckPortable(d); err != nil {
-			return &Error{Code: CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
+			return &lifecycle.Error{Code: lifecycle.CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"errors"
@@ -55,7 +55,7 @@ type lane struct {
 	acked   chan struct{} // closed when a process lane has acknowledged its stop request
 	ackOnce sync.Once
 	ended   chan struct{} // closed once the lane has ended and its calls are settled
-	endErr  *Error
+	endErr  *lifecycle.Error
 	reaped  chan struct{}
 
 	calls int           // under mu: calls accepted, for MaxCallsPerLane
@@ -250,30 +250,30 @@ func (l *lane) settle(r *actors.Result) error {
 
 // Wrap implements actors.Wrapper: a lane's outcome as the caller's error.
 func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
-	var ke *Error
+	var ke *lifecycle.Error
 	var we actors.WireError
 	switch {
 	case o == actors.Failed && errors.As(err, &we) && we.Code != "":
-		return &Error{Code: Code(we.Code), Lane: l.idx, Task: t.Name(), Message: we.Message}
+		return &lifecycle.Error{Code: lifecycle.Code(we.Code), Lane: l.idx, Task: t.Name(), Message: we.Message}
 	case o == actors.Panicked:
 		// The cause is a *actors.PanicError: a short message, the lane's stack in a field.
-		return &Error{Code: CodeTaskPanic, Lane: l.idx, Task: t.Name(), Cause: actors.AsPanic(err)}
+		return &lifecycle.Error{Code: lifecycle.CodeTaskPanic, Lane: l.idx, Task: t.Name(), Cause: actors.AsPanic(err)}
 	case o == actors.Failed && errors.As(err, &ke):
 		return err
 	case o == actors.Failed:
-		return &Error{Code: CodeTaskError, Lane: l.idx, Task: t.Name(), Cause: err}
+		return &lifecycle.Error{Code: lifecycle.CodeTaskError, Lane: l.idx, Task: t.Name(), Cause: err}
 	case (o == actors.BadInput || o == actors.BadOutput) && errors.As(err, &we):
 		// The lane reports that the call's value could not cross (it did not decode or
 		// encode there, or the result is over the size limit): the call fails, the lane is
 		// sound. Only the codes of those cases are taken from the lane.
-		code := CodeUnsupportedType
-		if Code(we.Code) == CodePayloadTooLarge {
-			code = CodePayloadTooLarge
+		code := lifecycle.CodeUnsupportedType
+		if lifecycle.Code(we.Code) == lifecycle.CodePayloadTooLarge {
+			code = lifecycle.CodePayloadTooLarge
 		}
-		return &Error{Code: code, Lane: l.idx, Task: t.Name(), Message: we.Message}
+		return &lifecycle.Error{Code: code, Lane: l.idx, Task: t.Name(), Message: we.Message}
 	}
 	l.debugTo(l.p.codecLog, "payload did not decode", zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
-	return &Error{Code: CodeWorkerCrashed, Lane: l.idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
+	return &lifecycle.Error{Code: lifecycle.CodeWorkerCrashed, Lane: l.idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
 }
 
 // reap drains results for callers that are not spinning: parked callers and futures. It
@@ -459,7 +459,7 @@ func (l *lane) wakeReaper() {
 // end runs once the lane's incarnation has ended (lifecycle.Launch.End), with how it
 // ended: it fences the rings and settles every call the lane held. The region is released
 // only after the reaper has let go of it.
-func (l *lane) end(e *Error, normal bool) {
+func (l *lane) end(e *lifecycle.Error, normal bool) {
 	l.normal = normal
 	l.close(e, true)
 	l.wakeReaper()
@@ -470,7 +470,7 @@ func (l *lane) end(e *Error, normal bool) {
 
 // close fences the lane and settles what it held with e. release is false for a lane whose
 // goroutine may still run (abandoned): its records are never reused.
-func (l *lane) close(e *Error, release bool) {
+func (l *lane) close(e *lifecycle.Error, release bool) {
 	l.mu.Lock()
 	if l.state.Swap(laneEnded) == laneEnded {
 		l.mu.Unlock()
@@ -512,7 +512,7 @@ func (l *lane) corrupt(err error) {
 	if l.run.Kill(lifecycle.Exit{Corrupt: err}) {
 		return
 	}
-	l.close(&Error{Code: CodeWorkerCrashed, Lane: l.idx, Message: "corrupt return ring", Cause: err}, false)
+	l.close(&lifecycle.Error{Code: lifecycle.CodeWorkerCrashed, Lane: l.idx, Message: "corrupt return ring", Cause: err}, false)
 }
 
 // Ended implements supervisor.Worker: closed once the lane has ended, its calls are settled

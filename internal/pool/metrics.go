@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"context"
@@ -69,8 +69,8 @@ type laneTotal struct {
 	mu        sync.Mutex // orders folding an incarnation in against Stats
 	completed uint64     // by incarnations that have ended and been folded in
 	failed    uint64
-	live      []*lane // incarnations opened and not folded in yet: their counters still move
-	lastEnd   Code    // the code of the slot's last end (crash, exit, failed start)
+	live      []*lane        // incarnations opened and not folded in yet: their counters still move
+	lastEnd   lifecycle.Code // the code of the slot's last end (crash, exit, failed start)
 	crashes   atomic.Int64
 }
 
@@ -131,7 +131,7 @@ func newMonitor(p *Pool) (*monitor, error) {
 	default:
 		m, err := newMeters(p, o)
 		if err != nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "creating the pool's metric instruments", Cause: err}
+			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "creating the pool's metric instruments", Cause: err}
 		}
 		o.m = m
 	}
@@ -478,7 +478,7 @@ func (p *Pool) startObserving() error {
 		return nil
 	}, m.started, m.finished, m.inflight, m.queued, m.state)
 	if err != nil {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "registering the pool's metric callback", Cause: err}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "registering the pool's metric callback", Cause: err}
 	}
 	m.reg = reg
 	return nil
@@ -500,7 +500,7 @@ type taskAttrs struct {
 	started    atomic.Uint64          // calls submitted
 	ok         *outcomeAttrs
 	mu         sync.Mutex // serialises additions to codes
-	codes      atomic.Pointer[map[Code]*outcomeAttrs]
+	codes      atomic.Pointer[map[lifecycle.Code]*outcomeAttrs]
 }
 
 // outcomeAttrs are the attribute sets of one task and outcome, and its count of calls.
@@ -522,9 +522,9 @@ func (t *taskAttrs) observe(ob metric.Observer, c metric.Int64ObservableCounter,
 // an *Error it returned) get theirs when first seen, up to maxCodes per task; beyond that
 // they count as "OTHER", so that no task can grow the instruments' cardinality without
 // bound.
-var knownCodes = []Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
-	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeCanceled, CodeThreadClosed,
-	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall}
+var knownCodes = []lifecycle.Code{lifecycle.CodePoolClosed, lifecycle.CodeTimeout, lifecycle.CodeTaskPanic, lifecycle.CodeTaskError, lifecycle.CodePayloadTooLarge,
+	lifecycle.CodeOverloaded, lifecycle.CodeUnsupportedType, lifecycle.CodePoolUnavailable, lifecycle.CodeCanceled, lifecycle.CodeThreadClosed,
+	lifecycle.CodeWorkerCrashed, lifecycle.CodeWorkerExited, lifecycle.CodeStartupFailed, lifecycle.CodeWorkerUnresponsive, lifecycle.CodePoisonCall}
 
 const maxCodes = 64
 
@@ -539,7 +539,7 @@ func newTaskAttrs(pool attribute.KeyValue, task string) *taskAttrs {
 	t.obs = []metric.ObserveOption{metric.WithAttributeSet(set)}
 	t.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
 	t.ok = t.build(outcomeOK)
-	codes := make(map[Code]*outcomeAttrs, len(knownCodes)+1)
+	codes := make(map[lifecycle.Code]*outcomeAttrs, len(knownCodes)+1)
 	for _, c := range knownCodes {
 		codes[c] = t.build(string(c))
 	}
@@ -558,10 +558,10 @@ func (t *taskAttrs) outcome(err error) *outcomeAttrs {
 	if err == nil {
 		return t.ok
 	}
-	code := Code(outcomeOther)
-	if ke, ok := err.(*Error); ok {
+	code := lifecycle.Code(outcomeOther)
+	if ke, ok := err.(*lifecycle.Error); ok {
 		code = ke.Code
-	} else if ke := (*Error)(nil); errors.As(err, &ke) {
+	} else if ke := (*lifecycle.Error)(nil); errors.As(err, &ke) {
 		code = ke.Code
 	}
 	if a := (*t.codes.Load())[code]; a != nil {
@@ -576,7 +576,7 @@ func (t *taskAttrs) outcome(err error) *outcomeAttrs {
 	if len(codes) >= maxCodes {
 		return codes[outcomeOther]
 	}
-	next := make(map[Code]*outcomeAttrs, len(codes)+1)
+	next := make(map[lifecycle.Code]*outcomeAttrs, len(codes)+1)
 	for c, a := range codes {
 		next[c] = a
 	}

@@ -1,4 +1,4 @@
-package knit
+package pool
 
 // eventReplay is how many of the transitions before the first call of Events it delivers
 // first.

@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	}
 	r, err := t.def.Records.Alloc()
 	if err != nil {
-		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 		t.rejected(p, err)
 		return zero, err
 	}
@@ -109,7 +109,7 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		if cancel != nil {
 			cancel()
 		}
-		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 		t.rejected(p, err)
 		actors.FailFuture(f, err)
 		return fut
@@ -152,11 +152,11 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, context.CancelFunc, error) {
 	switch {
 	case p == nil:
-		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
+		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
 	case p.closing.Load():
-		return ctx, nil, &Error{Code: CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
+		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
 	case int(t.def.Index()) >= len(p.byIndex) || p.byIndex[t.def.Index()] == nil:
-		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
+		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
 	}
 	if ctx.Err() != nil {
 		return ctx, nil, ctxError(ctx, t.def)
@@ -321,10 +321,10 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 		r.Enc = actors.AppendCarried(r.Enc, func(add func(k, v string)) { prop.Inject(ctx, setCarrier(add)) })
 	}
 	if r.Enc, err = t.def.InCodec.Append(r.Enc, r.In); err != nil {
-		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
+		return c, &lifecycle.Error{Code: lifecycle.CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
 	}
 	if len(r.Enc) > p.cfg.Payload.MaxCall {
-		return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
+		return c, &lifecycle.Error{Code: lifecycle.CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
 			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.Payload = r.Enc
@@ -432,11 +432,11 @@ func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
 		if o.HasDefault {
 			return t.def.TimeoutValue(), nil
 		}
-		return t.def.TimeoutValue(), &Error{Code: CodeTimeout, Lane: -1, Task: t.def.Name(),
+		return t.def.TimeoutValue(), &lifecycle.Error{Code: lifecycle.CodeTimeout, Lane: -1, Task: t.def.Name(),
 			Message: fmt.Sprintf("no result within %v", o.CallTimeout()), Cause: context.DeadlineExceeded}
 	}
 	var zero Out
-	var ke *Error
+	var ke *lifecycle.Error
 	if errors.As(err, &ke) {
 		return zero, err
 	}

@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"github.com/knitgo/knit/lifecycle"
@@ -38,7 +38,7 @@ func checkSandbox(cfg Config, log *zap.Logger) error {
 		return nil
 	}
 	if err := s.Check(); err != nil {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "invalid Process.Sandbox", Cause: err}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "invalid Process.Sandbox", Cause: err}
 	}
 	for _, d := range lifecycle.SandboxDowngrades(s) {
 		log.Warn("sandbox downgraded (best effort)", zap.String("not_enforced", d))

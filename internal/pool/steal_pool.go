@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -79,9 +79,9 @@ func stealMode(cfg Config) (Steal, string) {
 func checkSteal(cfg Config) error {
 	switch {
 	case cfg.Steal < StealAuto || cfg.Steal > StealDekker:
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
 	case cfg.Steal == StealDekker && (cfg.MaxCallsPerLane > 0 || cfg.Process.MaxLaneMemory > 0):
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: "StealDekker does not recycle lanes (its regions are sized for the lanes it starts with): use StealTicket"}
 	}
 	return nil
@@ -120,7 +120,7 @@ func newShared(p *Pool) (*shared, error) {
 	s := &shared{p: p, mode: mode}
 	if cfg.Runtime == Process {
 		if s.mp, err = shm.CreateMemfd("knit-steal", size); err != nil {
-			return nil, &Error{Code: CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
+			return nil, &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
 		}
 		s.mem = s.mp.Bytes()
 	} else {
@@ -319,7 +319,7 @@ func (s *shared) holder(seq uint64) *lane {
 // records are never reused. A journal that breaks the protocol (a lane scribbled over the
 // mapping) leaves unknown which calls it held: every call on the ring then fails, and a
 // result that still comes for one settles nothing.
-func (s *shared) recover(l *lane, e *Error, release bool) {
+func (s *shared) recover(l *lane, e *lifecycle.Error, release bool) {
 	if l.cid < 0 {
 		return
 	}
@@ -370,7 +370,7 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 
 // close fails every call still on the ring or its backlog once the pool has stopped its
 // lanes (or given them all up): no lane will claim them.
-func (s *shared) close(e *Error) {
+func (s *shared) close(e *lifecycle.Error) {
 	s.mu.Lock()
 	if s.host.Closed() {
 		s.mu.Unlock()
@@ -392,10 +392,10 @@ func (s *shared) close(e *Error) {
 }
 
 // laneEndError is how a call a lane held fails when the lane ends with e.
-func laneEndError(l *lane, e *Error) func(started, poison bool) error {
+func laneEndError(l *lane, e *lifecycle.Error) func(started, poison bool) error {
 	return func(started, poison bool) error {
 		if poison {
-			return &Error{Code: CodePoisonCall, Lane: l.idx, Started: true,
+			return &lifecycle.Error{Code: lifecycle.CodePoisonCall, Lane: l.idx, Started: true,
 				Message: "the call was running on two lanes that died: it is not run again", Cause: e}
 		}
 		ce := *e
@@ -420,10 +420,10 @@ func (l *lane) pokeAborts() {
 func (s *shared) checkResize(n int) error {
 	switch {
 	case s.mode == StealDekker:
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: "a StealDekker pool cannot be resized (its regions are sized for the lanes it starts with)"}
 	case n > steal.MaxConsumers:
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: fmt.Sprintf("%d lanes: a stealing pool has at most %d (Config.Steal: StealOff for more)", n, steal.MaxConsumers)}
 	}
 	return nil
