@@ -71,7 +71,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		return out, err
 	}
 	if r.Pending() {
-		p.Help(r)
+		p.help(r)
 	}
 	if done := ctx.Done(); done != nil && r.Pending() {
 		l.needReaper()
@@ -132,11 +132,11 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	if ctx.Done() != nil {
 		expire = func() { t.expire(ctx, p, r) }
 	}
-	// No reaper is woken for the future: its owner drains its result when it waits (Help),
+	// No reaper is woken for the future: its owner drains its result when it waits (help),
 	// and registers for a reaper only if it blocks (Block), or asks for Done. A reaper is
 	// woken only when the lane holds more calls than its return ring has slots: its results
 	// then must be drained for the lane to go on.
-	r.Attach(f, ctx, cancel, expire, p)
+	r.Attach(f, ctx, cancel, expire, helper{p})
 	l, err := p.dispatch(ctx, c)
 	if err != nil {
 		_, err = t.failure(ctx, err)
@@ -173,12 +173,21 @@ func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, 
 	return ctx, nil, nil
 }
 
-// Help implements actors.Helper: it polls for a call's result for as long as spinning pays,
+// helper is the pool as a Future sees it (actors.Helper), kept off Pool's method set so that
+// nothing a user holds can drain or count for the pool.
+type helper struct{ p *Pool }
+
+func (h helper) Help(c actors.Pender) { h.p.help(c) }
+func (h helper) Block()               { h.p.block() }
+func (h helper) Unblock()             { h.p.unblock() }
+func (h helper) Poll()                { h.p.poll() }
+
+// help polls for a call's result for as long as spinning pays,
 // draining every process lane's results itself, so that a quick result costs no wake-up on
 // either side. One caller spins at a time; the others park, and the spinner settles their
 // calls too. A spin that runs out of budget makes the following callers park at once,
 // except one in probeEvery, which spins to see whether results come back quickly again.
-func (p *Pool) Help(c actors.Pender) {
+func (p *Pool) help(c actors.Pender) {
 	budget := p.cfg.CallerSpin
 	if budget <= 0 || p.spinMisses.Load() >= coldAfter && rand.Uint32()%probeEvery != 0 {
 		return
@@ -224,26 +233,26 @@ func (p *Pool) Help(c actors.Pender) {
 	}
 }
 
-// Block implements actors.Helper: a goroutine is about to block on a future until it
+// block: a goroutine is about to block on a future until it
 // settles (its Wait's spin ran out, or it asked for Done). From then until Unblock every
 // reaper drains, whichever lane the call is on now or runs on after a restart. p.futures
 // counts these futures (not every unsettled one: a future nobody blocks on costs no
 // reaper a wake-up).
-func (p *Pool) Block() {
+func (p *Pool) block() {
 	if p.reaped && p.futures.Add(1) == 1 {
 		p.kickReapers()
 	}
 }
 
-// Unblock implements actors.Helper.
-func (p *Pool) Unblock() {
+// unblock undoes block.
+func (p *Pool) unblock() {
 	if p.reaped {
 		p.futures.Add(-1)
 	}
 }
 
-// Poll implements actors.Helper: it settles every result waiting on a return ring.
-func (p *Pool) Poll() {
+// poll settles every result waiting on a return ring.
+func (p *Pool) poll() {
 	if p.reaped {
 		p.drainAll()
 	}

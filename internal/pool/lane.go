@@ -372,7 +372,7 @@ func (l *lane) linger() (settled bool) {
 	p.lingering.Store(false)
 	p.spinning.Store(false)
 	// Other reapers stood aside while this one lingered: wake them all while a future is
-	// waited on, as Help does when it stops (the future's call may be on any lane, and a
+	// waited on, as help does when it stops (the future's call may be on any lane, and a
 	// reaper that saw the token taken idles until kicked), else those whose lanes need a
 	// reaper (their own kick may have come while the token was taken).
 	if p.futures.Load() > 0 || p.closing.Load() {

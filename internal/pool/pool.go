@@ -43,7 +43,7 @@ type Pool struct {
 	rr        atomic.Uint32
 
 	futures  atomic.Int64 // futures someone blocks on (Wait after its spin, Done): reapers must drain for them
-	spinning atomic.Bool  // a caller (Help) or a reaper (linger) polls for results, draining for everyone
+	spinning atomic.Bool  // a caller (help) or a reaper (linger) polls for results, draining for everyone
 	// lingering is set while the spinner is a reaper; handover asks it to let a caller spin.
 	lingering, handover atomic.Bool
 	spinMisses          atomic.Int32 // spins in a row that ran out of budget: at coldAfter, callers park at once
