@@ -1,6 +1,10 @@
 package knit
 
-import "github.com/knitgo/knit/internal/pool"
+import (
+	"github.com/knitgo/knit/internal/pool"
+	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/supervisor"
+)
 
 // The public types of a pool are defined in internal/pool, the implementation behind this
 // package, and named here; their fields and methods are documented there.
@@ -84,68 +88,68 @@ type Payload = pool.Payload
 type Config = pool.Config
 
 // Restart is a pool's supervision policy (see the supervisor package).
-type Restart = pool.Restart
+type Restart = supervisor.Policy
 
 // Backoff spaces restarts: exponential from Min to Max (CrashLoopMax for a lane in crash-loop
 // backoff) with Jitter, reset after a quiet period.
-type Backoff = pool.Backoff
+type Backoff = supervisor.Backoff
 
 // IntensityAction says what becomes of a lane that exceeds its restart intensity.
-type IntensityAction = pool.IntensityAction
+type IntensityAction = supervisor.IntensityAction
 
 // Intensity actions (Restart.OnIntensity).
 const (
-	CrashLoop = pool.CrashLoop // keep restarting, ever more slowly, up to Backoff.CrashLoopMax (default)
-	GiveUp    = pool.GiveUp    // give the lane up (dead); with none left the pool fails, as in OTP
+	CrashLoop = supervisor.CrashLoop // keep restarting, ever more slowly, up to Backoff.CrashLoopMax (default)
+	GiveUp    = supervisor.GiveUp    // give the lane up (dead); with none left the pool fails, as in OTP
 )
 
 // RestartType says which ends of a lane bring it back.
-type RestartType = pool.RestartType
+type RestartType = supervisor.RestartType
 
 // Restart types, as in OTP.
 const (
-	Transient = pool.Transient // restart after a crash or a non-zero exit (default)
-	Permanent = pool.Permanent // restart after any end the host did not ask for
-	Temporary = pool.Temporary // never restart
+	Transient = supervisor.Transient // restart after a crash or a non-zero exit (default)
+	Permanent = supervisor.Permanent // restart after any end the host did not ask for
+	Temporary = supervisor.Temporary // never restart
 )
 
 // Strategy says which lanes restart together.
-type Strategy = pool.Strategy
+type Strategy = supervisor.Strategy
 
 // Strategies, as in OTP.
 const (
-	OneForOne  = pool.OneForOne  // only the lane that failed (default)
-	AllForOne  = pool.AllForOne  // every lane
-	RestForOne = pool.RestForOne // the lane that failed and the lanes after it
+	OneForOne  = supervisor.OneForOne  // only the lane that failed (default)
+	AllForOne  = supervisor.AllForOne  // every lane
+	RestForOne = supervisor.RestForOne // the lane that failed and the lanes after it
 )
 
 // Event is one lifecycle transition of a lane (Lane -1: the pool).
-type Event = pool.Event
+type Event = supervisor.Event
 
 // State is where a lane is in its life.
-type State = pool.State
+type State = supervisor.State
 
 // States.
 const (
-	StateBooting          = pool.StateBooting
-	StateReady            = pool.StateReady
-	StateStopping         = pool.StateStopping
-	StateClosed           = pool.StateClosed
-	StateCrashed          = pool.StateCrashed
-	StateExited           = pool.StateExited
-	StateStartupFailed    = pool.StateStartupFailed
-	StateRestarting       = pool.StateRestarting
-	StateCrashLoopBackoff = pool.StateCrashLoopBackoff // restarting after Event.Delay, past the restart intensity
-	StateDead             = pool.StateDead
-	StateFailed           = pool.StateFailed    // the pool: no lane is left
-	StateNew              = pool.StateNew       // before a lane's first boot
-	StateRecycling        = pool.StateRecycling // a planned replacement (MaxCallsPerLane, MaxLaneMemory); Reason says why
-	StateRetiring         = pool.StateRetiring  // removed by Resize: finishing its calls
-	StateRemoved          = pool.StateRemoved   // gone from the pool (Resize)
+	StateBooting          = supervisor.Booting
+	StateReady            = supervisor.Ready
+	StateStopping         = supervisor.Stopping
+	StateClosed           = supervisor.Closed
+	StateCrashed          = supervisor.Crashed
+	StateExited           = supervisor.Exited
+	StateStartupFailed    = supervisor.StartupFailed
+	StateRestarting       = supervisor.Restarting
+	StateCrashLoopBackoff = supervisor.CrashLoopBackoff // restarting after Event.Delay, past the restart intensity
+	StateDead             = supervisor.Dead
+	StateFailed           = supervisor.Failed    // the pool: no lane is left
+	StateNew              = supervisor.New       // before a lane's first boot
+	StateRecycling        = supervisor.Recycling // a planned replacement (MaxCallsPerLane, MaxLaneMemory); Reason says why
+	StateRetiring         = supervisor.Retiring  // removed by Resize: finishing its calls
+	StateRemoved          = supervisor.Removed   // gone from the pool (Resize)
 )
 
 // PoolFailed is the message Config.Parent receives when the pool has failed.
-type PoolFailed = pool.PoolFailed
+type PoolFailed = supervisor.PoolFailed
 
 // SharedMemoryMode says how a process lane receives its region.
 type SharedMemoryMode = pool.SharedMemoryMode
@@ -213,24 +217,24 @@ type Stats = pool.Stats
 // Sandbox confines process lanes (ProcessConfig.Sandbox): a Landlock policy and a seccomp
 // preset, each off, best effort or required. docs/process-lanes.md, "Containing untrusted
 // or crashy code", says what each layer stops and what it does not.
-type Sandbox = pool.Sandbox
+type Sandbox = lifecycle.Sandbox
 
 // Landlock is the filesystem and network policy of a Sandbox.
-type Landlock = pool.Landlock
+type Landlock = lifecycle.Landlock
 
 // Seccomp is the system-call preset of a Sandbox.
-type Seccomp = pool.Seccomp
+type Seccomp = lifecycle.Seccomp
 
 // SandboxMode says whether a sandbox layer applies and what happens when the kernel lacks it.
-type SandboxMode = pool.SandboxMode
+type SandboxMode = lifecycle.SandboxMode
 
 // Sandbox modes.
 const (
 	// SandboxOff applies nothing (the default).
-	SandboxOff = pool.SandboxOff
+	SandboxOff = lifecycle.SandboxOff
 	// SandboxBestEffort applies what the kernel supports and logs the rest once.
-	SandboxBestEffort = pool.SandboxBestEffort
+	SandboxBestEffort = lifecycle.SandboxBestEffort
 	// SandboxRequired fails a lane that cannot apply the whole layer with
 	// WORKER_STARTUP_FAILED, saying why.
-	SandboxRequired = pool.SandboxRequired
+	SandboxRequired = lifecycle.SandboxRequired
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/supervisor"
 )
 
 // A pool's observation: cumulative counters per lane slot, and on request per-task latency
@@ -199,7 +200,7 @@ func (o *monitor) Settled(task uint32, err error, begun int64, ran uint64) {
 
 // event counts a lifecycle transition: crashes per slot, and the instruments' restarts,
 // crashes and recycles.
-func (o *monitor) event(e Event) {
+func (o *monitor) event(e supervisor.Event) {
 	if o == nil || e.Lane < 0 {
 		return
 	}
@@ -207,15 +208,15 @@ func (o *monitor) event(e Event) {
 	code := e.Code
 	t.mu.Lock()
 	switch e.To {
-	case StateCrashed, StateExited, StateStartupFailed:
+	case supervisor.Crashed, supervisor.Exited, supervisor.StartupFailed:
 		t.lastEnd = code
-	case StateRestarting, StateCrashLoopBackoff:
+	case supervisor.Restarting, supervisor.CrashLoopBackoff:
 		if code == "" { // a restart is counted by the code of the end that caused it
 			code = t.lastEnd
 		}
 	}
 	t.mu.Unlock()
-	crash := e.To == StateCrashed
+	crash := e.To == supervisor.Crashed
 	if crash {
 		t.crashes.Add(1)
 	}
@@ -227,7 +228,7 @@ func (o *monitor) event(e Event) {
 	switch {
 	case crash:
 		c = m.crashes
-	case e.To == StateRestarting || e.To == StateCrashLoopBackoff:
+	case e.To == supervisor.Restarting || e.To == supervisor.CrashLoopBackoff:
 		c = m.restarts
 	case isRecycle(e.To):
 		c = m.recycles
@@ -240,7 +241,7 @@ func (o *monitor) event(e Event) {
 // isRecycle reports whether a lane state is its recycling (a lane replaced after serving its
 // quota of calls or memory): counted in knit.lane.recycles. It goes by the state's name so
 // that the instrument counts recycles whatever state constant names them.
-func isRecycle(s State) bool {
+func isRecycle(s supervisor.State) bool {
 	n := s.String()
 	return n == "recycling" || n == "recycled"
 }
@@ -411,7 +412,7 @@ func newMeters(p *Pool, o *monitor) (*meters, error) {
 
 // laneAttrs are lane i's attribute sets: the lane's, and the lane's with each state. They
 // are made at collection, the first time lane i is seen. m.mu is held.
-func (m *meters) lane(i int, states []State) (attrs metric.ObserveOption, byState []metric.ObserveOption) {
+func (m *meters) lane(i int, states []supervisor.State) (attrs metric.ObserveOption, byState []metric.ObserveOption) {
 	for len(m.laneAttrs) <= i {
 		n := len(m.laneAttrs)
 		lane := attribute.Int("knit.lane", n)
@@ -426,10 +427,10 @@ func (m *meters) lane(i int, states []State) (attrs metric.ObserveOption, byStat
 }
 
 // laneStates are the states a lane can be in (every State but the pool's Failed).
-func laneStates() []State {
-	var out []State
-	for s := State(0); !strings.HasPrefix(s.String(), "state("); s++ {
-		if s != StateFailed {
+func laneStates() []supervisor.State {
+	var out []supervisor.State
+	for s := supervisor.State(0); !strings.HasPrefix(s.String(), "state("); s++ {
+		if s != supervisor.Failed {
 			out = append(out, s)
 		}
 	}

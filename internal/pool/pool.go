@@ -65,7 +65,7 @@ type Pool struct {
 	stopWatch chan struct{} // closed by Close once the lanes are stopped
 	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
 
-	events  chan Event
+	events  chan supervisor.Event
 	evMu    sync.Mutex // guards sends on events against its closing
 	evDone  bool
 	dropped atomic.Uint64
@@ -79,7 +79,7 @@ type Pool struct {
 	// Events() buffers from its first call (evWanted); before it, recent holds the last
 	// transitions for it to deliver first (under evMu).
 	evWanted atomic.Bool
-	recent   []Event
+	recent   []supervisor.Event
 
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 
@@ -236,7 +236,7 @@ func (p *Pool) PID() *actor.PID { return p.tree.PID() }
 // full are dropped and counted in Stats.DroppedEvents (Config.OnEvent drops none). Until
 // Events is first called, no channel is filled: a program that only uses OnEvent drops
 // nothing.
-func (p *Pool) Events() <-chan Event { return p.subscribe() }
+func (p *Pool) Events() <-chan supervisor.Event { return p.subscribe() }
 
 // host is the pool as the supervision tree sees it.
 type host struct{ p *Pool }
@@ -256,7 +256,7 @@ func (h host) StartLane(idx, inc int) (supervisor.Worker, error) {
 }
 
 // Event implements supervisor.Host.
-func (h host) Event(e Event) {
+func (h host) Event(e supervisor.Event) {
 	p := h.p
 	if ce := p.log.Check(eventLevel(e), eventMessage(e)); ce != nil {
 		fields := []zap.Field{zap.Int("lane", e.Lane), zap.Int("incarnation", e.Incarnation), zap.Stringer("from", e.From)}
@@ -266,12 +266,12 @@ func (h host) Event(e Event) {
 		if e.Reason != "" {
 			fields = append(fields, zap.String("reason", e.Reason))
 		}
-		if e.To == StateRestarting || e.To == StateCrashLoopBackoff {
+		if e.To == supervisor.Restarting || e.To == supervisor.CrashLoopBackoff {
 			fields = append(fields, zap.Duration("backoff", e.Delay))
 		}
 		ce.Write(fields...)
 	}
-	if e.To == StateCrashLoopBackoff {
+	if e.To == supervisor.CrashLoopBackoff {
 		p.signal() // calls that fail fast stop waiting
 	}
 	p.eventLog.add(e)
@@ -284,7 +284,7 @@ func (h host) Event(e Event) {
 
 // buffer sends e to the Events channel once it has been asked for, and remembers it for a
 // first call until then.
-func (p *Pool) buffer(e Event) {
+func (p *Pool) buffer(e supervisor.Event) {
 	p.evMu.Lock()
 	defer p.evMu.Unlock()
 	if p.evDone {
@@ -301,7 +301,7 @@ func (p *Pool) buffer(e Event) {
 	}
 }
 
-func eventMessage(e Event) string {
+func eventMessage(e supervisor.Event) string {
 	if e.Lane < 0 {
 		return "pool " + e.To.String()
 	}
@@ -310,15 +310,15 @@ func eventMessage(e Event) string {
 
 // eventLevel logs the routine transitions of a first start and of Close at Debug, and
 // everything a supervisor has to do something about above it.
-func eventLevel(e Event) zapcore.Level {
+func eventLevel(e supervisor.Event) zapcore.Level {
 	switch e.To {
-	case StateCrashed, StateExited, StateStartupFailed:
+	case supervisor.Crashed, supervisor.Exited, supervisor.StartupFailed:
 		return zapcore.WarnLevel
-	case StateDead, StateFailed, StateCrashLoopBackoff:
+	case supervisor.Dead, supervisor.Failed, supervisor.CrashLoopBackoff:
 		return zapcore.ErrorLevel
-	case StateRestarting, StateRecycling, StateRetiring, StateRemoved:
+	case supervisor.Restarting, supervisor.Recycling, supervisor.Retiring, supervisor.Removed:
 		return zapcore.InfoLevel
-	case StateBooting, StateReady:
+	case supervisor.Booting, supervisor.Ready:
 		if e.Incarnation > 0 {
 			return zapcore.InfoLevel
 		}
@@ -690,7 +690,7 @@ func (l *lane) stop() bool {
 // LaneStats describes one lane.
 type LaneStats struct {
 	Lane        int
-	State       State
+	State       supervisor.State
 	Incarnation int // 0 for the first start, then higher with each restart or recycle
 	Restarts    int
 	InFlight    int    // calls on the lane, including its backlog

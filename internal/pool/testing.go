@@ -15,6 +15,7 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/supervisor"
 )
 
 // NewUnsupervisedPool starts a pool whose lanes run without a supervision tree, for the
@@ -55,7 +56,7 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(), reaped: true,
 		root: nop, log: nop, laneLog: nop, fastLog: nop, codecLog: nop,
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
-		slots: make([]laneSlot, maxLanes), events: make(chan Event, 1)}
+		slots: make([]laneSlot, maxLanes), events: make(chan supervisor.Event, 1)}
 	p.size.Store(1)
 	p.byIndex = make([]actors.Def, len(actors.All()))
 	for _, t := range tasks {
