@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -52,10 +51,6 @@ func (p *Pool) sweepShm() {
 // protects its dead host's names until it ends too).
 func SweepSharedMemory() ([]string, error) { return shm.Sweep() }
 
-func (l *lane) startErr(format string, args ...any) error {
-	return &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: l.idx, Message: fmt.Sprintf(format, args...)}
-}
-
 // parkSafetyNet bounds a parked process lane's sleep. The doorbell protocol loses no wake,
 // and the watchdog rings a parked lane that has calls waiting (ringStalled), so this only
 // matters if both failed; every expiry costs an idle lane a wake-up and its runtime a burst
@@ -67,7 +62,7 @@ const parkSafetyNet = 10 * time.Second
 func (l *lane) bootRecord() lifecycle.Boot {
 	cfg := l.p.cfg
 	boot := lifecycle.Boot{
-		Version: fastpath.Version, Lane: uint32(l.idx), Incarnation: uint32(l.inc),
+		Version: fastpath.Version, Lane: uint32(l.Idx), Incarnation: uint32(l.Inc),
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(parkSafetyNet),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
@@ -82,49 +77,16 @@ func (l *lane) bootRecord() lifecycle.Boot {
 	return boot
 }
 
-// stopping is the stop protocol's escalation for the lane (lifecycle.Stop): a process lane's
-// process group is signalled; a goroutine lane is abandoned, its rings fenced and its calls
-// settled.
-func (l *lane) stopping() lifecycle.Stop {
-	cfg := l.p.cfg
-	s := lifecycle.Stop{AckTimeout: cfg.StopAckTimeout, KillGrace: cfg.KillGrace, Acked: l.acked, Ended: l.ended,
-		Debug:    l.debug,
-		TimedOut: func() { l.p.obs.stopTimedOut(l.idx) },
-		Killed:   func(signal, reason string) { l.p.obs.killed(l.idx, signal, reason) },
-		Abandon: func() {
-			l.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: l.idx, Message: "lane did not acknowledge its stop request; abandoned"}, false)
-		},
-	}
-	s.Signal = l.run.Signal()
-	return s
-}
-
 // kill ends the lane's incarnation (a process lane's whole process group); why says what the
 // host will report. A goroutine cannot be killed: callers only kill remote lanes.
-func (l *lane) kill(why lifecycle.Exit) { l.run.Kill(why) }
-
-// release releases the region (a process lane's mapping and doorbell) once nothing reads it.
-func (l *lane) release() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.final = l.region.Stats().Snapshot()
-	l.unmapped = true
-	l.run.Close()
-}
-
-// endError is the lane's classified end, once ended is closed.
-func (l *lane) endError() *lifecycle.Error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.endErr
-}
+func (l *lane) kill(why lifecycle.Exit) { l.Kill(why) }
 
 // raiseAbort sets a call's abort bit and rings the lane's abort doorbell, if the bit still
 // belongs to the call and the region is still mapped.
 func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.reaper || l.unmapped {
+	if !l.reaper || l.Unmapped() {
 		return
 	}
 	l.ring.RaiseAbortLocked(bit, fn, id)
@@ -132,6 +94,6 @@ func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 
 // AbortRaised implements actors.RingOwner: it rings the lane's abort doorbell; mu is held.
 func (l *lane) AbortRaised() {
-	l.region.AbortWake().Add(1)
-	_, _ = futex.Wake(l.region.AbortWake(), 1)
+	l.Region().AbortWake().Add(1)
+	_, _ = futex.Wake(l.Region().AbortWake(), 1)
 }

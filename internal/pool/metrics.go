@@ -90,7 +90,7 @@ func (o *monitor) opened(l *lane) {
 	if o == nil {
 		return
 	}
-	t := o.total(l.idx)
+	t := o.total(l.Idx)
 	t.mu.Lock()
 	t.fold()
 	t.live = append(t.live, l)
@@ -282,17 +282,7 @@ func killReason(x lifecycle.Exit) string {
 
 // counters are what the lane's incarnation has counted: live from its region, or as they
 // were when its region was unmapped.
-func (l *lane) counters() fastpath.StatsSnapshot {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.unmapped:
-		return l.final
-	case l.region != nil:
-		return l.region.Stats().Snapshot()
-	}
-	return fastpath.StatsSnapshot{}
-}
+func (l *lane) counters() fastpath.StatsSnapshot { return l.Counters() }
 
 // totalsOf fills ls's counters across incarnations.
 func (p *Pool) totalsOf(i int, ls *LaneStats) {
@@ -459,7 +449,7 @@ func (p *Pool) startObserving() error {
 		for i := range p.monLanes() {
 			attrs, byState := m.lane(i, states)
 			var inflight, queued int64
-			if l := p.monLane(i); l != nil && l.state.Load() != laneEnded {
+			if l := p.monLane(i); l != nil && l.State() != lifecycle.LaneEnded {
 				inflight, queued = int64(l.inflight.Load()), int64(l.ring.Queued())
 			}
 			ob.ObserveInt64(m.inflight, inflight, attrs)

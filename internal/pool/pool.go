@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit/actors"
-	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
@@ -248,9 +247,8 @@ func (h host) StartLane(idx, inc int) (supervisor.Worker, error) {
 	if err := l.start(); err != nil {
 		return nil, err
 	}
-	if !l.run.AwaitReady(l.ended) {
-		<-l.gone
-		return nil, l.endError()
+	if err := l.AwaitReady(); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -372,7 +370,7 @@ func (p *Pool) pick() *lane {
 		return p.leastLoaded()
 	case FirstIdle, FirstIdleOrRandom:
 		for i := range n {
-			if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
+			if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.State() == lifecycle.LaneReady {
 				return l
 			}
 		}
@@ -384,7 +382,7 @@ func (p *Pool) pick() *lane {
 		start = int(p.rr.Add(1)) % n
 	}
 	for k := range n {
-		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.state.Load() == laneReady {
+		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.State() == lifecycle.LaneReady {
 			return l
 		}
 	}
@@ -398,7 +396,7 @@ func (p *Pool) leastLoaded() *lane {
 	bestLoad := int32(0)
 	for i := range p.laneCount() {
 		l := p.slots[i].cur.Load()
-		if l == nil || l.state.Load() != laneReady {
+		if l == nil || l.State() != lifecycle.LaneReady {
 			continue
 		}
 		load := l.inflight.Load()
@@ -478,7 +476,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		if err == errLaneGone {
 			continue
 		}
-		if err := p.full(ctx, c, err, l.idx); err != nil {
+		if err := p.full(ctx, c, err, l.Idx); err != nil {
 			return nil, err
 		}
 	}
@@ -667,26 +665,6 @@ func (p *Pool) stopLanes() (unacked []int) {
 	return unacked
 }
 
-// stop asks the lane to stop and waits StopAckTimeout for it to end. A process lane that
-// does not end in time gets SIGTERM, then SIGKILL after KillGrace; a goroutine lane is
-// abandoned: its rings are fenced and its calls settled. It reports whether the lane ended
-// by itself.
-func (l *lane) stop() bool {
-	l.mu.Lock()
-	if l.state.Load() == laneEnded || !l.started {
-		l.state.Store(laneEnded)
-		l.mu.Unlock()
-		return true
-	}
-	l.state.Store(laneStopping)
-	l.region.Stop().Store(fastpath.StopRequested)
-	l.wake.Force(l.laneBell)
-	l.mu.Unlock()
-	l.kickReaper() // an idle reaper waits for the acknowledgement from now on
-	l.debug("stop requested")
-	return l.stopping().Run()
-}
-
 // LaneStats describes one lane.
 type LaneStats struct {
 	Lane        int
@@ -743,10 +721,10 @@ func (p *Pool) Stats() Stats {
 		}
 		// Between a new incarnation's booting and its ready, the lane pointer still names
 		// the old one: its PID and counters are not this incarnation's.
-		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
+		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.Inc == ls.Incarnation) {
 			st := l.counters()
 			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.ring.Queued()), l.claimed.Load()
-			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.run.PID()
+			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.Run().PID()
 		}
 		p.totalsOf(i, &ls)
 		s.Lanes = append(s.Lanes, ls)

@@ -104,7 +104,7 @@ func (p *Pool) grow(ctx context.Context, cur, n int) error {
 	}
 	ready := func() bool {
 		for i := cur; i < n; i++ {
-			if l := p.slots[i].cur.Load(); l == nil || l.state.Load() != laneReady {
+			if l := p.slots[i].cur.Load(); l == nil || l.State() != lifecycle.LaneReady {
 				return false
 			}
 		}

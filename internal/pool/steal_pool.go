@@ -223,7 +223,7 @@ func (s *shared) wake() {
 	p := s.p
 	want := max(s.prod.Waiting(), 1)
 	for i := range p.laneCount() {
-		if l := p.slots[i].cur.Load(); l != nil && l.cid >= 0 && l.state.Load() == laneReady && l.offer() {
+		if l := p.slots[i].cur.Load(); l != nil && l.cid >= 0 && l.State() == lifecycle.LaneReady && l.offer() {
 			if want--; want == 0 {
 				return
 			}
@@ -238,12 +238,12 @@ func (l *lane) offer() bool {
 	if l.reaper {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.unmapped {
+		if l.Unmapped() {
 			return false
 		}
 	}
 	if awake, woken := l.wake.Awake(); awake {
-		return woken || !fastpath.Busy(l.region.Running().Load())
+		return woken || !fastpath.Busy(l.Region().Running().Load())
 	}
 	return l.wake.Ring(l.laneBell)
 }
@@ -345,7 +345,7 @@ func (s *shared) recover(l *lane, e *lifecycle.Error, release bool) {
 		Err: laneEndError(l, e)}
 	if err != nil {
 		ce := *e
-		ce.Message = "the shared submit ring's claim journal of lane " + fmt.Sprint(l.idx) + " is corrupt"
+		ce.Message = "the shared submit ring's claim journal of lane " + fmt.Sprint(l.Idx) + " is corrupt"
 		ce.Cause = err
 		end.Err = laneEndError(l, &ce)
 		end.Keep, end.Requeue = true, nil
@@ -359,7 +359,7 @@ func (s *shared) recover(l *lane, e *lifecycle.Error, release bool) {
 		s.settled()
 	}
 	if n > 0 || rec.Retired != 0 || err != nil {
-		l.debugTo(s.p.root.Named(logging.Steal), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
+		l.DebugTo(s.p.root.Named(logging.Steal), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
 			zap.Int("started", len(rec.Started)), zap.Int("calls_settled", n), zap.Error(err))
 	}
 	if s.host.Queued() > 0 { // recovery retired the slots the lane held
@@ -395,7 +395,7 @@ func (s *shared) close(e *lifecycle.Error) {
 func laneEndError(l *lane, e *lifecycle.Error) func(started, poison bool) error {
 	return func(started, poison bool) error {
 		if poison {
-			return &lifecycle.Error{Code: lifecycle.CodePoisonCall, Lane: l.idx, Started: true,
+			return &lifecycle.Error{Code: lifecycle.CodePoisonCall, Lane: l.Idx, Started: true,
 				Message: "the call was running on two lanes that died: it is not run again", Cause: e}
 		}
 		ce := *e
@@ -411,7 +411,7 @@ func (l *lane) pokeAborts() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.unmapped {
+	if !l.Unmapped() {
 		l.AbortRaised()
 	}
 }

@@ -71,15 +71,19 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := newLane(p, 0, 0)
-	l.region = region
 	run := &harnessRun{region: region}
-	l.run = run
+	p.runtime = harnessRuntime{run}
+	l := newLane(p, 0, 0)
+	if err := l.OpenRegion(); err != nil {
+		return nil, err
+	}
+	_ = l.Start(lifecycle.Launch{}) // harnessRun.Start only keeps the lane's end
+	close(l.reaped)                 // no reaper runs: the harness drains
 	l.ring = l.newRing()
 	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
 	l.wake.SetAwake() // calls are not rung for: the harness takes them when it likes
 	l.done, l.doneBell = region.Returns().Completion(), fastpath.NewChanBell()
-	l.reaper, l.started = true, true
+	l.reaper = true
 	p.slots[0].cur.Store(l)
 	return &ResultHarness{p: p, l: l}, nil
 }
@@ -88,20 +92,21 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 func (h *ResultHarness) Pool() *Pool { return h.p }
 
 // Region is the lane's region, for the harness to play the lane on.
-func (h *ResultHarness) Region() *fastpath.Region { return h.l.region }
+func (h *ResultHarness) Region() *fastpath.Region { return h.l.Region() }
 
 // Drain has the host drain the return ring, as its reaper would.
 func (h *ResultHarness) Drain() int { return h.l.drain() }
 
 // Corrupt is why the host would have killed the lane as corrupt, if it would have.
 func (h *ResultHarness) Corrupt() error {
-	return h.l.run.(*harnessRun).killed()
+	return h.l.Run().(*harnessRun).killed()
 }
 
 // harnessRun is the harness lane's incarnation: remote, with no process behind it; the kill
 // a corrupt ring causes only records why.
 type harnessRun struct {
 	region *fastpath.Region
+	end    func(e *lifecycle.Error, normal bool) // the lane's end, as its runtime reports it
 	mu     sync.Mutex
 	why    lifecycle.Exit
 }
@@ -110,7 +115,7 @@ func (h *harnessRun) Region() *fastpath.Region         { return h.region }
 func (h *harnessRun) LaneBell() fastpath.Bell          { return fastpath.NewChanBell() }
 func (h *harnessRun) DoneBell() fastpath.Bell          { return fastpath.NewChanBell() }
 func (h *harnessRun) Remote() bool                     { return true }
-func (h *harnessRun) Start(lifecycle.Launch) error     { return nil }
+func (h *harnessRun) Start(x lifecycle.Launch) error   { h.end = x.End; return nil }
 func (h *harnessRun) Ready() <-chan struct{}           { return closed }
 func (h *harnessRun) Poll()                            {}
 func (h *harnessRun) AwaitReady(<-chan struct{}) bool  { return true }
@@ -133,12 +138,17 @@ func (h *harnessRun) killed() error {
 	return h.why.Corrupt
 }
 
+// harnessRuntime opens the harness's one incarnation.
+type harnessRuntime struct{ run *harnessRun }
+
+func (r harnessRuntime) Open(int, int) (lifecycle.Incarnation, error) { return r.run, nil }
+
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Close ends the lane as if its process had exited: every call it still holds settles.
 func (h *ResultHarness) Close() {
 	h.p.closing.Store(true) // calls that had not started fail rather than look for a lane
-	h.l.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: 0, Message: "harness closed"}, true)
+	h.l.Run().(*harnessRun).end(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: 0, Message: "harness closed"}, false)
 }
 
 // StealState describes a stealing pool's ring and lanes, for a test that fails.
@@ -157,7 +167,7 @@ func StealState(p *Pool) string {
 		}
 		a, r := l.wake.Awake()
 		js, je, want := s.prod.Journal(l.cid)
-		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d;", i, l.cid, l.state.Load(), a, r, l.region.Running().Load(), js, je[:4], want, l.ring.Waiting(), l.done.Word().Load())
+		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d;", i, l.cid, l.State(), a, r, l.Region().Running().Load(), js, je[:4], want, l.ring.Waiting(), l.done.Word().Load())
 	}
 	return out
 }
