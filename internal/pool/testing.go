@@ -172,12 +172,13 @@ func StealState(p *Pool) string {
 	return out
 }
 
-// StopStealBackstop stops a goroutine stealing pool's watchdog, which runs for the shared
-// ring's backstop alone (it rings parked lanes while calls wait unclaimed): for a test that
-// must show that no call waits for a lane without it.
+// StopStealBackstop stops a stealing pool's watchdog, whose backstop rings parked lanes
+// while calls wait unclaimed: for a test that must show that no call waits for a lane
+// without it. (A goroutine pool runs the watchdog for that alone; a process pool loses its
+// liveness checks too.)
 func StopStealBackstop(p *Pool) {
-	if p.cfg.Runtime != Goroutine || p.shared == nil || p.watchDone == nil {
-		panic("StopStealBackstop: not a goroutine stealing pool with a watchdog")
+	if p.shared == nil || p.watchDone == nil {
+		panic("StopStealBackstop: not a stealing pool with a watchdog")
 	}
 	close(p.stopWatch)
 	<-p.watchDone
