@@ -95,9 +95,7 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer p.Close(context.Background())
-				if rt == knit.Goroutine {
-					knit.StopStealBackstop(p) // no watchdog rings a lane for a call left waiting
-				}
+				knit.StopStealBackstop(p) // no watchdog rings a lane for a call left waiting
 				ctx, cancel := context.WithCancel(context.Background())
 				held := sleepy.Go(ctx, p, 0)
 				for i := range 200 {
