@@ -177,10 +177,21 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 		return false, err
 	}
 	if r.n == 0 {
-		if slot, ok := r.reserve(); ok {
+		var slot int
+		var ok bool
+		if p := r.lane; p != nil { // a lane's own ring: no call through Producer
+			slot, ok = p.Reserve()
+		} else {
+			slot, ok = r.prod.Reserve()
+		}
+		if ok {
 			r.accept(c)
 			if r.publish(slot, c) {
-				r.flush()
+				if p := r.lane; p != nil {
+					p.Flush()
+				} else {
+					r.prod.Flush()
+				}
 				r.mu.Unlock()
 				r.owner.Published()
 				return false, nil
@@ -247,66 +258,42 @@ func (r *HostRing) enqueue(c Call) {
 // arena has no room for its payload now (the slot is given back and c waits in the
 // backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
 // with mu held.
+//
+// The producer's methods are called directly on a lane's own ring (r.lane), one branch per
+// step: a call through Producer, or a small wrapper method that chooses, is not inlined and
+// costs every call of a goroutine lane a few percent.
 func (r *HostRing) publish(slot int, c *Call) bool {
-	buf, err := r.put(slot, len(c.Payload))
+	lane := r.lane
+	var buf []byte
+	var err error
+	if lane != nil {
+		buf, err = lane.Put(slot, len(c.Payload))
+	} else {
+		buf, err = r.prod.Put(slot, len(c.Payload))
+	}
 	if err != nil {
-		r.release(slot)
+		r.prod.Release(slot) // rare: the arena is full
 		return false
 	}
 	copy(buf, c.Payload)
-	s := r.slot(slot)
+	var s fastpath.Slot
+	if lane != nil {
+		s = lane.Slot(slot)
+	} else {
+		s = r.prod.Slot(slot)
+	}
 	s.SetFn(c.Def.Index())
 	s.SetCall(c.ID, c.Gen)
 	s.SetAbort(uint32(c.Abort.Load() + 1))
 	s.SetDeadline(c.Deadline)
-	c.Seq.Store(r.stage(slot))
+	var seq uint64
+	if lane != nil {
+		seq = lane.Stage(slot)
+	} else {
+		seq = r.prod.Stage(slot)
+	}
+	c.Seq.Store(seq)
 	return true
-}
-
-// The producer's methods, called directly on a lane's own ring: an interface call costs
-// every call of a goroutine lane a few percent.
-func (r *HostRing) reserve() (int, bool) {
-	if p := r.lane; p != nil {
-		return p.Reserve()
-	}
-	return r.prod.Reserve()
-}
-
-func (r *HostRing) put(slot, n int) ([]byte, error) {
-	if p := r.lane; p != nil {
-		return p.Put(slot, n)
-	}
-	return r.prod.Put(slot, n)
-}
-
-func (r *HostRing) release(slot int) {
-	if p := r.lane; p != nil {
-		p.Release(slot)
-		return
-	}
-	r.prod.Release(slot)
-}
-
-func (r *HostRing) slot(i int) fastpath.Slot {
-	if p := r.lane; p != nil {
-		return p.Slot(i)
-	}
-	return r.prod.Slot(i)
-}
-
-func (r *HostRing) stage(slot int) uint64 {
-	if p := r.lane; p != nil {
-		return p.Stage(slot)
-	}
-	return r.prod.Stage(slot)
-}
-
-func (r *HostRing) flush() {
-	if p := r.lane; p != nil {
-		p.Flush()
-		return
-	}
-	r.prod.Flush()
 }
 
 // Queued is how many calls wait in the backlog.
@@ -330,7 +317,13 @@ func (r *HostRing) flushLocked() bool {
 	}
 	moved := 0
 	for r.n > 0 {
-		slot, ok := r.reserve()
+		var slot int
+		var ok bool
+		if p := r.lane; p != nil {
+			slot, ok = p.Reserve()
+		} else {
+			slot, ok = r.prod.Reserve()
+		}
 		if !ok || !r.publish(slot, &r.backlog[r.head]) {
 			break
 		}
@@ -339,7 +332,11 @@ func (r *HostRing) flushLocked() bool {
 		r.n--
 		moved++
 	}
-	r.flush() // one store for the whole burst
+	if p := r.lane; p != nil { // one store for the whole burst
+		p.Flush()
+	} else {
+		r.prod.Flush()
+	}
 	r.queued.Store(int32(r.n))
 	if moved > 0 && r.block {
 		close(r.space)
