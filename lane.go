@@ -146,7 +146,7 @@ func (l *lane) debugRegion(kind string) {
 func (l *lane) newRing() *actors.HostRing {
 	c := actors.RingConfig{Mu: &l.mu, Owner: l, Submit: &actors.LaneProducer{Producer: l.region.Requests().Producer()},
 		Key: l.key, Backlog: l.p.cfg.Backlog, BlockWhenFull: l.p.cfg.BlockWhenFull,
-		Returns: l.region.Returns().Consumer(), Tasks: l.p.byIndex, Settle: l.settle, Remote: l.proc != nil}
+		Returns: l.region.Returns().Consumer(), Tasks: l.p.byIndex, Settle: l, Remote: l.proc != nil}
 	if l.proc != nil {
 		c.Aborts = l.region.Aborts()
 	}
@@ -195,8 +195,9 @@ func (l *lane) drain() int {
 	return settled
 }
 
-// settle does the lane's accounting for a result the ring has checked, and settles its call.
-func (l *lane) settle(r *actors.Result) error {
+// Settle implements actors.Settler: the lane's accounting for a result the ring has
+// checked, and the settling of its call.
+func (l *lane) Settle(r actors.Result) error {
 	var sh *shared
 	if r.Shared { // a call the lane claimed from the shared ring
 		sh = l.p.shared

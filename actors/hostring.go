@@ -82,6 +82,16 @@ type Result struct {
 	Payload []byte // in shared memory: decode it before Settle returns
 }
 
+// Settler settles the results a HostRing reads from its return ring: the lane that owns it.
+// An interface, not a function value: a method value is called through a wrapper, and
+// either way the call is not inlined; a result goes by value, as a pointer passed through
+// an interface escapes.
+type Settler interface {
+	// Settle does the owner's accounting for a result the ring has checked and settles
+	// its call. An error means the result broke the protocol (Drain returns it).
+	Settle(Result) error
+}
+
 // RingConfig configures a HostRing.
 type RingConfig struct {
 	// Mu is the owner's mutex, which guards the ring's producer, backlog and abort bits
@@ -100,8 +110,8 @@ type RingConfig struct {
 	// The return ring (nil: the ring's calls are answered elsewhere, as the shared ring's
 	// are, on the return ring of the lane that claimed each), and how its results settle.
 	Returns *fastpath.Consumer
-	Tasks   []Def               // by function index: the tasks served
-	Settle  func(*Result) error // the Result is valid only during the call
+	Tasks   []Def // by function index: the tasks served
+	Settle  Settler
 	// Remote: the lane is another process; see Drain.
 	Remote bool
 	// Shared is the pool's shared ring, whose calls the lane may answer on its return ring
@@ -119,7 +129,7 @@ type RingConfig struct {
 // the other half of the same protocol: what it writes into a slot is what Executor reads,
 // and what Executor publishes it settles into a Record through its Def. It never decides
 // where a call goes or what happens when a lane dies: its owner (the pool's lane, or its
-// shared ring) does, through RingOwner and the Settle function.
+// shared ring) does, through RingOwner and its Settler.
 type HostRing struct {
 	mu      *sync.Mutex
 	owner   RingOwner
@@ -139,8 +149,7 @@ type HostRing struct {
 
 	ret      *fastpath.Consumer
 	tasks    []Def
-	settle   func(*Result) error
-	result   Result // settleSlot's, under draining: passed by pointer without escaping, copied by no one
+	settle   Settler
 	remote   bool
 	shared   *HostRing
 	draining atomic.Bool
@@ -498,15 +507,8 @@ func (r *HostRing) settleSlot(i int) error {
 			return err
 		}
 	}
-	// Field by field: a composite literal is built aside and copied in wide loads that the
-	// CPU cannot forward from the narrow stores that built it, a stall on every result.
-	res := &r.result
-	res.Def, res.Key, res.Shared = r.tasks[fn], from.key, from != r
-	res.ID, res.Gen, res.Outcome, res.Ran = s.Call(), s.Gen(), Outcome(flags&^SharedResult), s.Seq()
-	res.Payload = payload
-	err = r.settle(res)
-	res.Def, res.Payload = nil, nil // nothing kept alive, no view of the slot kept
-	return err
+	return r.settle.Settle(Result{Def: r.tasks[fn], Key: from.key, Shared: from != r, ID: s.Call(), Gen: s.Gen(),
+		Outcome: Outcome(flags &^ SharedResult), Ran: s.Seq(), Payload: payload})
 }
 
 // abortBits hands a bitmap's abort bits to cancellable calls. The ring's mutex guards it.

@@ -28,8 +28,7 @@ func (o *ringOwner) Admit() error { return o.admit }
 func (o *ringOwner) Accept()      { o.accepted++ }
 func (o *ringOwner) Published()   { o.published++ }
 func (o *ringOwner) AbortRaised() { o.raised++ }
-func (o *ringOwner) Settle(res *Result) error {
-	r := *res
+func (o *ringOwner) Settle(r Result) error {
 	r.Payload = bytes.Clone(r.Payload)
 	o.settled = append(o.settled, r)
 	if o.settle != nil {
@@ -60,7 +59,7 @@ func newTestRing(t *testing.T, tasks []Def, configure func(*RingConfig, *fastpat
 	}
 	tr := &testRing{owner: &ringOwner{}, region: region, req: region.Requests().Consumer(), ret: region.Returns().Producer()}
 	c := RingConfig{Mu: &tr.mu, Owner: tr.owner, Submit: &LaneProducer{Producer: region.Requests().Producer()},
-		Key: testRingKey, Backlog: 4, Returns: region.Returns().Consumer(), Tasks: tasks, Settle: tr.owner.Settle}
+		Key: testRingKey, Backlog: 4, Returns: region.Returns().Consumer(), Tasks: tasks, Settle: tr.owner}
 	if configure != nil {
 		configure(&c, region)
 	}
@@ -429,6 +428,11 @@ func TestHostRingDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// settleNothing is a Settler that settles nothing.
+type settleNothing struct{}
+
+func (settleNothing) Settle(Result) error { return nil }
+
 // BenchmarkHostRingCycle is one call's way through a lane's HostRing with the lane played
 // inline: Submit, the lane taking it and answering, Drain settling the result.
 func BenchmarkHostRingCycle(b *testing.B) {
@@ -442,7 +446,7 @@ func BenchmarkHostRingCycle(b *testing.B) {
 	o := &ringOwner{}
 	h := NewHostRing(RingConfig{Mu: &mu, Owner: o, Submit: &LaneProducer{Producer: region.Requests().Producer()},
 		Backlog: 4, Returns: region.Returns().Consumer(), Tasks: served(task),
-		Settle: func(*Result) error { return nil }})
+		Settle: settleNothing{}})
 	req, ret := region.Requests().Consumer(), region.Returns().Producer()
 	r := startCall(b, task, context.Background(), 1, 1, -1)
 	c := Call{Def: task, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq}
