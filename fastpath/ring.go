@@ -142,7 +142,7 @@ func (p *Producer) Reserve() (slot int, ok bool) {
 			return -1, false
 		}
 	}
-	p.cursor = (slot + 1) % Slots
+	p.cursor = (slot + 1) & slotMask
 	p.reserved |= bit
 	p.ext[slot] = extent{}
 	return slot, true
@@ -161,12 +161,18 @@ func (p *Producer) ReserveAny() (slot int, ok bool) {
 	if busy == ^uint32(0) {
 		return -1, false
 	}
-	slot = (bits.TrailingZeros32(bits.RotateLeft32(^busy, -p.cursor)) + p.cursor) % Slots
-	p.cursor = (slot + 1) % Slots
+	slot = (bits.TrailingZeros32(bits.RotateLeft32(^busy, -p.cursor)) + p.cursor) & slotMask
+	p.cursor = (slot + 1) & slotMask
 	p.reserved |= 1 << slot
 	p.ext[slot] = extent{}
 	return slot, true
 }
+
+// slotMask is i % Slots for an i ≥ 0, without the fixups a signed remainder costs (Slots is
+// a power of two: the array length below does not compile otherwise).
+const slotMask = Slots - 1
+
+var _ [Slots & slotMask]struct{} = [0]struct{}{}
 
 // Slot returns slot i for writing.
 func (p *Producer) Slot(i int) Slot { return p.slots[i] }
@@ -281,7 +287,7 @@ func (p *Producer) Flush() bool {
 func (p *Producer) Release(i int) {
 	p.reserved &^= 1 << i
 	p.ext[i] = extent{}
-	if (i+1)%Slots == p.cursor {
+	if (i+1)&slotMask == p.cursor {
 		p.cursor = i
 	}
 }
@@ -357,8 +363,8 @@ func (c *Consumer) Next(pending uint32) int {
 	if pending == 0 {
 		return -1
 	}
-	i := (bits.TrailingZeros32(bits.RotateLeft32(pending, -c.cursor)) + c.cursor) % Slots
-	c.cursor = (i + 1) % Slots
+	i := (bits.TrailingZeros32(bits.RotateLeft32(pending, -c.cursor)) + c.cursor) & slotMask
+	c.cursor = (i + 1) & slotMask
 	return i
 }
 
@@ -386,7 +392,7 @@ func (c *Consumer) Slots(pending uint32) iter.Seq[int] {
 	return func(yield func(int) bool) {
 		for m := pending; m != 0; {
 			i := c.Next(m)
-			m &^= 1 << i
+			m &^= 1 << (uint(i) & slotMask) // the mask spares the shift its range checks
 			if !yield(i) {
 				return
 			}
