@@ -333,7 +333,8 @@ func (c *Consumer) Slot(i int) Slot { return c.slots[i] }
 func (c *Consumer) Payload(i int) ([]byte, error) { return c.r.payload(i, c.slots[i]) }
 
 // payload is slot i's payload bytes (s is the slot), validated against the ring's layout.
-func (r Ring) payload(i int, s Slot) ([]byte, error) {
+// The Ring by pointer: it is ten words, which a call by value copies twice on every result.
+func (r *Ring) payload(i int, s Slot) ([]byte, error) {
 	tag, off, n := s.u32(hTag), s.u32(hOff), s.u32(hLen)
 	switch tag {
 	case TagNone:
