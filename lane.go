@@ -98,7 +98,7 @@ func (l *lane) start() error {
 	close(l.reaped) // an in-process lane drains its own results: no reaper
 	l.started = true
 	exec := &actors.Executor{
-		Region: l.region, Lane: l.laneBell, Drain: func() { l.drain() },
+		Region: l.region, Lane: l.laneBell, Host: l.ring, Corrupt: l.corrupt,
 		Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex, Panic: cfg.PanicCrashesLane,
 		Timed: l.p.obs.timed(),
 	}

@@ -20,12 +20,16 @@ type Executor struct {
 	Region *fastpath.Region
 	Lane   fastpath.Bell // the bell the lane parks on (rung for calls and stop requests)
 	Done   fastpath.Bell // the completion doorbell the host may sleep on (nil: never rung)
-	// Drain, if set, settles results in the host right after each publish. In-process
-	// lanes use it: the lane goroutine hands the result to its caller itself, which keeps
-	// a call on one core and needs no wake-up of a third goroutine.
-	Drain func()
-	Spin  time.Duration // spin budget before parking
-	Park  time.Duration // safety-net timeout of a park (0: none)
+	// Host, if set, is the host end of the lane's rings, which the lane drains right after
+	// each publish (HostRing.Drain). In-process lanes use it: the lane goroutine hands the
+	// result to its caller itself, which keeps a call on one core and needs no wake-up of a
+	// third goroutine. It is called directly, not through a function value: a closure and
+	// the owner's wrapper around Drain were two calls more on every call's path.
+	Host *HostRing
+	// Corrupt is told when a result Host drains breaks the protocol: the lane must die.
+	Corrupt func(error)
+	Spin    time.Duration // spin budget before parking
+	Park    time.Duration // safety-net timeout of a park (0: none)
 	// Local runs calls by reference on their records (goroutine lanes); otherwise payloads
 	// are decoded and results encoded (process lanes).
 	Local bool
@@ -295,8 +299,10 @@ func (e *Executor) yield() {
 // process lane rings the completion doorbell if the host sleeps on it.
 func (e *Executor) signal() {
 	switch {
-	case e.Drain != nil:
-		e.Drain()
+	case e.Host != nil:
+		if _, err := e.Host.Drain(); err != nil {
+			e.Corrupt(err)
+		}
 	case e.Done != nil: // nil: never rung, even when the host has armed the doorbell
 		e.Region.Returns().Completion().Signal(e.Done)
 	}
