@@ -46,9 +46,12 @@ type LaneProducer struct {
 }
 
 // Stage implements Producer.
-func (p *LaneProducer) Stage(slot int) uint64 {
+func (p *LaneProducer) Stage(slot int) uint64 { return p.stage(slot, p.Producer.Slot(slot)) }
+
+// stage is Stage for a caller that holds the slot already (s is slot).
+func (p *LaneProducer) stage(slot int, s fastpath.Slot) uint64 {
 	p.seq++
-	p.Producer.Slot(slot).SetSeq(p.seq)
+	s.SetSeq(p.seq)
 	p.Producer.Stage(slot)
 	return p.seq
 }
@@ -268,40 +271,38 @@ func (r *HostRing) enqueue(c Call) {
 // backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
 // with mu held.
 //
-// The producer's methods are called directly on a lane's own ring (r.lane), one branch per
-// step: a call through Producer, or a small wrapper method that chooses, is not inlined and
-// costs every call of a goroutine lane a few percent.
+// On a lane's own ring (r.lane) the producer's methods are called directly, in a path of
+// their own: a call through Producer, or a small wrapper method that chooses, is not
+// inlined and costs every call of a goroutine lane a few percent (so does a helper for the
+// header's four fields, which the interface call to Index keeps from being inlined).
 func (r *HostRing) publish(slot int, c *Call) bool {
-	lane := r.lane
-	var buf []byte
-	var err error
-	if lane != nil {
-		buf, err = lane.Put(slot, len(c.Payload))
-	} else {
-		buf, err = r.prod.Put(slot, len(c.Payload))
+	if p := r.lane; p != nil {
+		buf, err := p.Put(slot, len(c.Payload))
+		if err != nil {
+			p.Release(slot)
+			return false
+		}
+		copy(buf, c.Payload)
+		s := p.Slot(slot)
+		s.SetFn(c.Def.Index())
+		s.SetCall(c.ID, c.Gen)
+		s.SetAbort(uint32(c.Abort.Load() + 1))
+		s.SetDeadline(c.Deadline)
+		c.Seq.Store(p.stage(slot, s))
+		return true
 	}
+	buf, err := r.prod.Put(slot, len(c.Payload))
 	if err != nil {
-		r.prod.Release(slot) // rare: the arena is full
+		r.prod.Release(slot)
 		return false
 	}
 	copy(buf, c.Payload)
-	var s fastpath.Slot
-	if lane != nil {
-		s = lane.Slot(slot)
-	} else {
-		s = r.prod.Slot(slot)
-	}
+	s := r.prod.Slot(slot)
 	s.SetFn(c.Def.Index())
 	s.SetCall(c.ID, c.Gen)
 	s.SetAbort(uint32(c.Abort.Load() + 1))
 	s.SetDeadline(c.Deadline)
-	var seq uint64
-	if lane != nil {
-		seq = lane.Stage(slot)
-	} else {
-		seq = r.prod.Stage(slot)
-	}
-	c.Seq.Store(seq)
+	c.Seq.Store(r.prod.Stage(slot))
 	return true
 }
 

@@ -134,7 +134,7 @@ func (r Ring) Producer() *Producer {
 // walks them from where it stopped, cyclic order makes delivery FIFO. ok is false when the
 // ring is full.
 func (p *Producer) Reserve() (slot int, ok bool) {
-	slot = p.cursor
+	slot = p.cursor & slotMask // always in range: the mask spares the shift and index their checks
 	bit := uint32(1) << slot
 	if (p.local^p.shadow)&bit != 0 || p.reserved&bit != 0 {
 		p.shadow = p.cons.Load()
