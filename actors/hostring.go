@@ -103,7 +103,7 @@ type RingConfig struct {
 	Owner         RingOwner
 	Submit        Producer
 	Key           int32 // names the ring in call records
-	Backlog       int   // calls queued beyond the ring's slots
+	Backlog       int   // calls queued beyond the ring's slots (at least 1)
 	BlockWhenFull bool  // renew the channel a full backlog's BacklogFull carries when calls move
 	// Aborts are the abort bits calls on the ring get (none when empty: calls of goroutine
 	// lanes cannot be interrupted); slot headers and records name bit i as AbortBase+i.
@@ -164,7 +164,7 @@ func NewHostRing(c RingConfig) *HostRing {
 	lane, _ := c.Submit.(*LaneProducer)
 	return &HostRing{
 		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull,
-		backlog: make([]Call, c.Backlog), space: make(chan struct{}),
+		backlog: make([]Call, max(c.Backlog, 1)), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
 		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared,
 	}
@@ -188,6 +188,21 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 		r.mu.Unlock()
 		return false, err
 	}
+	// A full backlog refuses the call even when slots are free: its calls go first, with
+	// the drainer's flush. (It holds one call at least: NewHostRing.)
+	if r.n == len(r.backlog) {
+		space := r.space
+		r.mu.Unlock()
+		return false, &BacklogFull{Space: space}
+	}
+	// The ring takes the call: it is marked as on this ring, with an abort bit, and
+	// counted by the owner before it is published (here, not in a method of its own: a
+	// call more on every call's path).
+	c.Lane.Store(r.key)
+	if r.aborts.Len() > 0 {
+		r.allocAbort(c)
+	}
+	r.owner.Accept()
 	if r.n == 0 {
 		var slot int
 		var ok bool
@@ -197,7 +212,6 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 			slot, ok = r.prod.Reserve()
 		}
 		if ok {
-			r.accept(c)
 			if r.publish(slot, c) {
 				if p := r.lane; p != nil {
 					p.Flush()
@@ -213,12 +227,6 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 			return true, nil
 		}
 	}
-	if r.n == len(r.backlog) {
-		space := r.space
-		r.mu.Unlock()
-		return false, &BacklogFull{Space: space}
-	}
-	r.accept(c)
 	r.enqueue(*c)
 	// The consumers may have retired every slot (and a lane drained its last result) between
 	// the failed Reserve and the enqueue, and then found no backlog to flush: look again now.
@@ -232,30 +240,26 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 	return true, nil
 }
 
-// accept marks c as on this ring and gives a cancellable call an abort bit, raised at once
-// if its caller has given up already; then the owner counts it. Called with mu held.
-func (r *HostRing) accept(c *Call) {
-	c.Lane.Store(r.key)
-	if r.aborts.Len() > 0 {
-		bit := int32(-1) // none: all are taken, or the call cannot be cancelled
-		if c.Done != nil {
-			bit = r.bits.alloc(c.Def.Index(), c.ID)
-		}
-		if bit >= 0 {
-			select {
-			case <-c.Done:
-				// The caller gave up while the call looked for a lane (a Go future's
-				// context, or a call run again after its lane died): its expiry may have
-				// looked for the call on no lane or another one, so raise the bit here, or
-				// the task would run on until its lane dies.
-				r.raiseLocked(bit)
-			default:
-			}
-			bit += r.abortBase
-		}
-		c.Abort.Store(bit)
+// allocAbort gives a cancellable call an abort bit, raised at once if its caller has given
+// up already. Called with mu held, on a ring with abort bits.
+func (r *HostRing) allocAbort(c *Call) {
+	bit := int32(-1) // none: all are taken, or the call cannot be cancelled
+	if c.Done != nil {
+		bit = r.bits.alloc(c.Def.Index(), c.ID)
 	}
-	r.owner.Accept()
+	if bit >= 0 {
+		select {
+		case <-c.Done:
+			// The caller gave up while the call looked for a lane (a Go future's
+			// context, or a call run again after its lane died): its expiry may have
+			// looked for the call on no lane or another one, so raise the bit here, or
+			// the task would run on until its lane dies.
+			r.raiseLocked(bit)
+		default:
+		}
+		bit += r.abortBase
+	}
+	c.Abort.Store(bit)
 }
 
 // enqueue appends an accepted call to the backlog. Called with mu held.
