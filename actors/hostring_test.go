@@ -163,6 +163,9 @@ func TestHostRingSubmitPublishes(t *testing.T) {
 	if _, err := tr.Submit(&c); err != tr.owner.admit {
 		t.Fatalf("Submit to a ring its owner closed: %v", err)
 	}
+	if tr.owner.accepted != 3 || tr.owner.published != 3 || len(tr.take(t)) != 0 {
+		t.Fatalf("a refused call was counted (%d) or published (%d)", tr.owner.accepted, tr.owner.published)
+	}
 }
 
 // Calls beyond the 32 slots wait in the backlog, in order, until a Flush (or a Drain) finds
@@ -182,11 +185,14 @@ func TestHostRingBacklog(t *testing.T) {
 	if tr.Queued() != 4 || recs[fastpath.Slots].Seq.Load() != 0 {
 		t.Fatalf("backlog holds %d, first queued call's seq %d", tr.Queued(), recs[fastpath.Slots].Seq.Load())
 	}
-	c, _ := ringCall(t, task, context.Background(), 99)
+	c, r := ringCall(t, task, context.Background(), 99)
 	_, err := tr.Submit(&c)
 	var full *BacklogFull
 	if !errors.As(err, &full) {
 		t.Fatalf("Submit to a full backlog: %v", err)
+	}
+	if tr.owner.accepted != fastpath.Slots+4 || r.Lane.Load() == testRingKey {
+		t.Fatalf("the call a full backlog refused was taken: %d calls counted, want %d", tr.owner.accepted, fastpath.Slots+4)
 	}
 	if got := len(tr.take(t)); got != fastpath.Slots {
 		t.Fatalf("the lane took %d calls, want %d", got, fastpath.Slots)
