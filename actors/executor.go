@@ -155,7 +155,9 @@ func (e *Executor) Run() error {
 		var err error
 		for i := range req.Slots(pending) { // Take's loop, inlined on the hot path
 			s := req.Slot(i)
-			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq(), deadline: s.Deadline()}
+			// Field by field: a composite literal is built aside and copied.
+			w := &batch[n]
+			w.fn, w.id, w.gen, w.abort, w.seq, w.deadline = s.Fn(), s.Call(), s.Gen(), s.Abort(), s.Seq(), s.Deadline()
 			if !e.Local {
 				var p []byte
 				if p, err = req.Payload(i); err != nil {
@@ -252,7 +254,8 @@ func (e *Executor) claim() (int, error) {
 	}
 	for k := range n {
 		s := c.Slot(k)
-		e.sbatch[k] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: c.Call(k).Seq, deadline: s.Deadline()}
+		w := &e.sbatch[k] // field by field, as in Run
+		w.fn, w.id, w.gen, w.abort, w.seq, w.deadline = s.Fn(), s.Call(), s.Gen(), s.Abort(), c.Call(k).Seq, s.Deadline()
 		if !e.Local {
 			p, err := c.Payload(k)
 			if err != nil {
