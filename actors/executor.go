@@ -359,6 +359,10 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 	for {
 		if i, ok := p.Reserve(); ok {
+			if n == 0 { // a goroutine lane's result: its value is on the call's record
+				p.Empty(i)
+				return i, nil
+			}
 			buf, err := p.Put(i, n)
 			if err == nil {
 				return i, buf

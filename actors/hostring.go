@@ -281,12 +281,14 @@ func (r *HostRing) enqueue(c Call) {
 // header's four fields, which the interface call to Index keeps from being inlined).
 func (r *HostRing) publish(slot int, c *Call) bool {
 	if p := r.lane; p != nil {
-		buf, err := p.Put(slot, len(c.Payload))
-		if err != nil {
+		if len(c.Payload) == 0 {
+			p.Empty(slot) // a goroutine lane's call: its value stays on its record
+		} else if buf, err := p.Put(slot, len(c.Payload)); err == nil {
+			copy(buf, c.Payload)
+		} else {
 			p.Release(slot)
 			return false
 		}
-		copy(buf, c.Payload)
 		s := p.Slot(slot)
 		s.SetFn(c.Def.Index())
 		s.SetCall(c.ID, c.Gen)
