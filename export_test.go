@@ -1,123 +1,19 @@
 package knit
 
-import (
-	"fmt"
-	"time"
+import "github.com/knitgo/knit/internal/pool"
 
-	"go.uber.org/zap"
-
-	"github.com/knitgo/knit/actors"
-	"github.com/knitgo/knit/fastpath"
-	"github.com/knitgo/knit/internal/shm"
-	"github.com/knitgo/knit/lifecycle"
+// The implementation's test hooks (internal/pool/testing.go), under the names the tests use.
+var (
+	NewUnsupervisedPool   = pool.NewUnsupervisedPool
+	NewPoolWithoutMonitor = pool.NewPoolWithoutMonitor
+	AwaitSpares           = pool.AwaitSpares
+	LaneDebug             = pool.LaneDebug
+	NewResultHarness      = pool.NewResultHarness
+	StealState            = pool.StealState
 )
 
-// NewUnsupervisedPool starts a pool whose lanes run without a supervision tree, for the
-// benchmark that shows the tree costs the call path nothing.
-func NewUnsupervisedPool(cfg Config, tasks ...Definition) (*Pool, error) {
-	return newPool(cfg, false, tasks...)
-}
-
-// NewPoolWithoutMonitor starts a pool with no monitor: the call path as it was before
-// metrics, for the benchmark that compares the two. Not for concurrent use with NewPool.
-func NewPoolWithoutMonitor(cfg Config, tasks ...Definition) (*Pool, error) {
-	noMonitor = true
-	defer func() { noMonitor = false }()
-	return NewPool(cfg, tasks...)
-}
-
-// AwaitSpares waits until the spares being started have initialised (or failed).
-func AwaitSpares(p *Pool) { p.spares.Wait() }
-
-// LaneDebug is the KNIT_DEBUG value the pool's process lanes get.
-func LaneDebug(p *Pool) string { return p.laneDebug }
+// ResultHarness is the host side of one process lane with no process behind it.
+type ResultHarness = pool.ResultHarness
 
 // TaskIndex is a task's registry index (hostile tests forge slots naming it).
-func TaskIndex[In, Out any](t *Task[In, Out]) uint32 { return t.def.Index() }
-
-// ResultHarness is the host side of one process lane over a heap region, with no process
-// behind it: FuzzHostResults plays the lane, writing whatever it likes into the return ring
-// and arena, and has the host drain them. It starts no goroutine.
-type ResultHarness struct {
-	p *Pool
-	l *lane
-}
-
-// NewResultHarness builds a process pool of one lane with no process, serving tasks.
-func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
-	cfg := Config{Runtime: Process, Lanes: 1, CallerSpin: -1, Liveness: -1}.withDefaults()
-	nop := zap.NewNop()
-	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(), reaped: true,
-		root: nop, log: nop, laneLog: nop, fastLog: nop, codecLog: nop,
-		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
-		slots: make([]laneSlot, maxLanes), events: make(chan Event, 1)}
-	p.size.Store(1)
-	p.byIndex = make([]actors.Def, len(actors.All()))
-	for _, t := range tasks {
-		d := t.actorsDef()
-		if p.byIndex[d.Index()] == nil {
-			p.byIndex[d.Index()] = d
-			p.defs = append(p.defs, d)
-		}
-	}
-	layout := fastpath.Layout{Inline: 64, Arena: 4096, AbortBits: 8}
-	region, err := fastpath.NewRegion(shm.Heap(layout.Size()), layout, 0, 0, 0)
-	if err != nil {
-		return nil, err
-	}
-	l := newLane(p, 0, 0)
-	l.region = region
-	// The zero lifecycle.Process has no process: the kill a corrupt ring causes only
-	// records why.
-	pl := &procLane{Process: &lifecycle.Process{}, ready: make(chan struct{}), gone: make(chan struct{})}
-	close(pl.ready)
-	l.proc = pl
-	l.ring = l.newRing()
-	l.wake, l.laneBell = region.LaneWake(), fastpath.NewChanBell()
-	l.wake.SetAwake() // calls are not rung for: the harness takes them when it likes
-	l.done, l.doneBell = region.Returns().Completion(), fastpath.NewChanBell()
-	l.reaper, l.started = true, true
-	p.slots[0].cur.Store(l)
-	return &ResultHarness{p: p, l: l}, nil
-}
-
-// Pool is the harness's pool: calls made on it are published on the request ring.
-func (h *ResultHarness) Pool() *Pool { return h.p }
-
-// Region is the lane's region, for the harness to play the lane on.
-func (h *ResultHarness) Region() *fastpath.Region { return h.l.region }
-
-// Drain has the host drain the return ring, as its reaper would.
-func (h *ResultHarness) Drain() int { return h.l.drain() }
-
-// Corrupt is why the host would have killed the lane as corrupt, if it would have.
-func (h *ResultHarness) Corrupt() error {
-	return h.l.proc.Killed().Corrupt
-}
-
-// Close ends the lane as if its process had exited: every call it still holds settles.
-func (h *ResultHarness) Close() {
-	h.p.closing.Store(true) // calls that had not started fail rather than look for a lane
-	h.l.close(&Error{Code: CodeThreadClosed, Lane: 0, Message: "harness closed"}, true)
-}
-
-// StealState describes a stealing pool's ring and lanes, for a test that fails.
-func StealState(p *Pool) string {
-	s := p.shared
-	if s == nil {
-		return "not stealing"
-	}
-	h, w := s.ring.Submit().Words()
-	out := fmt.Sprintf("waiting %d, inflight %d, queued %d, H %#x W %#x, shared waiters %d, futures %d, spinning %v lingering %v;", s.prod.Waiting(), s.inflight.Load(), s.host.Queued(), h.Load(), w.Load(),
-		s.waiters.Load(), p.futures.Load(), p.spinning.Load(), p.lingering.Load())
-	for i := range p.laneCount() {
-		l := p.slots[i].cur.Load()
-		if l == nil {
-			continue
-		}
-		a, r := l.wake.Awake()
-		js, je, want := s.prod.Journal(l.cid)
-		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d;", i, l.cid, l.state.Load(), a, r, l.region.Running().Load(), js, je[:4], want, l.ring.Waiting(), l.done.Word().Load())
-	}
-	return out
-}
+func TaskIndex[In, Out any](t *Task[In, Out]) uint32 { return pool.TaskIndex(t) }

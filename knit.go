@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/internal/pool"
 	"github.com/knitgo/knit/lifecycle"
 )
 
@@ -95,11 +96,6 @@ type PanicError = actors.PanicError
 // Codec encodes and decodes one type for process lanes. Decode gets hostile bytes.
 type Codec[T any] = actors.Codec[T]
 
-// Task is a typed task definition made by Define.
-type Task[In, Out any] struct {
-	def *actors.Task[In, Out]
-}
-
 // TaskOption configures a task at Define. The options are this package's functions.
 type TaskOption interface{ applyTask(*actors.Options) }
 
@@ -157,21 +153,7 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 	if err := checkOptions(&o); err != nil {
 		panic(fmt.Sprintf("knit: task %q: %v", name, err))
 	}
-	return &Task[In, Out]{def: actors.Define(name, fn, o)}
-}
-
-// Name returns the task's name.
-func (t *Task[In, Out]) Name() string { return t.def.Name() }
-
-// Fingerprint identifies the task's name and In/Out types; host and process lanes compare
-// fingerprints at boot.
-func (t *Task[In, Out]) Fingerprint() uint64 { return t.def.Fingerprint() }
-
-func (t *Task[In, Out]) actorsDef() actors.Def {
-	if t == nil || t.def == nil { // a nil *Task, or a Task not made by Define
-		return nil
-	}
-	return t.def
+	return pool.NewTask(actors.Define(name, fn, o))
 }
 
 // Main must be the first statement of main (and of TestMain in tests that use process
@@ -198,4 +180,16 @@ func (o mainOption) applyMain(h *lifecycle.Hooks) { o(h) }
 // (Config.Propagator) into each task's context, e.g. propagation.TraceContext{}.
 func WithPropagator(p propagation.TextMapPropagator) MainOption {
 	return mainOption(func(h *lifecycle.Hooks) { h.Propagator = p })
+}
+
+// checkOptions refuses task options that cannot mean anything: a negative Timeout or
+// HardTimeout (zero means none).
+func checkOptions(o *actors.Options) error {
+	switch {
+	case o.Timeout < 0:
+		return fmt.Errorf("Timeout %v is negative (0 means none)", o.Timeout)
+	case o.HardTimeout < 0:
+		return fmt.Errorf("HardTimeout %v is negative (0 means none)", o.HardTimeout)
+	}
+	return nil
 }

@@ -787,7 +787,7 @@ type executorSettler struct {
 	bad     atomic.Value
 }
 
-func (s *executorSettler) Settle(r Result) error {
+func (s *executorSettler) SettleResult(r Result) error {
 	if n, ran := s.settled.Add(1), s.ran.Load(); n != ran {
 		s.bad.Store(fmt.Errorf("result %d settled after %d calls ran, want right after its own", n, ran))
 	}

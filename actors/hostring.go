@@ -82,7 +82,7 @@ type Result struct {
 	ID, Gen uint32
 	Outcome Outcome
 	Ran     uint64 // how long the call ran on the lane, in nanoseconds (0: not timed)
-	Payload []byte // in shared memory: decode it before Settle returns
+	Payload []byte // in shared memory: decode it before SettleResult returns
 }
 
 // Settler settles the results a HostRing reads from its return ring: the lane that owns it.
@@ -90,9 +90,9 @@ type Result struct {
 // either way the call is not inlined; a result goes by value, as a pointer passed through
 // an interface escapes.
 type Settler interface {
-	// Settle does the owner's accounting for a result the ring has checked and settles
-	// its call. An error means the result broke the protocol (Drain returns it).
-	Settle(Result) error
+	// SettleResult does the owner's accounting for a result the ring has checked and
+	// settles its call. An error means the result broke the protocol (Drain returns it).
+	SettleResult(Result) error
 }
 
 // RingConfig configures a HostRing.
@@ -514,7 +514,7 @@ func (r *HostRing) settleSlot(i int) error {
 			return err
 		}
 	}
-	return r.settle.Settle(Result{Def: r.tasks[fn], Key: from.key, Shared: from != r, ID: s.Call(), Gen: s.Gen(),
+	return r.settle.SettleResult(Result{Def: r.tasks[fn], Key: from.key, Shared: from != r, ID: s.Call(), Gen: s.Gen(),
 		Outcome: Outcome(flags &^ SharedResult), Ran: s.Seq(), Payload: payload})
 }
 

@@ -28,7 +28,7 @@ func (o *ringOwner) Admit() error { return o.admit }
 func (o *ringOwner) Accept()      { o.accepted++ }
 func (o *ringOwner) Published()   { o.published++ }
 func (o *ringOwner) AbortRaised() { o.raised++ }
-func (o *ringOwner) Settle(r Result) error {
+func (o *ringOwner) SettleResult(r Result) error {
 	r.Payload = bytes.Clone(r.Payload)
 	o.settled = append(o.settled, r)
 	if o.settle != nil {
@@ -437,7 +437,7 @@ func TestHostRingDoesNotAllocate(t *testing.T) {
 // settleNothing is a Settler that settles nothing.
 type settleNothing struct{}
 
-func (settleNothing) Settle(Result) error { return nil }
+func (settleNothing) SettleResult(Result) error { return nil }
 
 // BenchmarkHostRingCycle is one call's way through a lane's HostRing with the lane played
 // inline: Submit, the lane taking it and answering, Drain settling the result.

@@ -3,7 +3,8 @@
 // the typed reusable call records, the executor that runs calls on the consumer side of a
 // lane, and the host end of a lane's rings (HostRing), which publishes calls and settles
 // results. It never decides where a call runs or what happens when a lane dies: that is the
-// pool's and the supervisor's business.
+// pool's and the supervisor's business. (The name: each task is an actor, a typed behaviour
+// with a mailbox, and a lane's rings are that mailbox.)
 package actors
 
 import (

@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -79,9 +79,9 @@ func stealMode(cfg Config) (Steal, string) {
 func checkSteal(cfg Config) error {
 	switch {
 	case cfg.Steal < StealAuto || cfg.Steal > StealDekker:
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
 	case cfg.Steal == StealDekker && (cfg.MaxCallsPerLane > 0 || cfg.Process.MaxLaneMemory > 0):
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: "StealDekker does not recycle lanes (its regions are sized for the lanes it starts with): use StealTicket"}
 	}
 	return nil
@@ -120,7 +120,7 @@ func newShared(p *Pool) (*shared, error) {
 	s := &shared{p: p, mode: mode}
 	if cfg.Runtime == Process {
 		if s.mp, err = shm.CreateMemfd("knit-steal", size); err != nil {
-			return nil, &Error{Code: CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
+			return nil, &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
 		}
 		s.mem = s.mp.Bytes()
 	} else {
@@ -182,14 +182,6 @@ func (s *shared) leave(l *lane) {
 	l.cid = -1
 }
 
-// consumer is a goroutine lane's side of the ring (nil: no id was free).
-func (s *shared) consumer(l *lane) (*steal.Consumer, error) {
-	if l.cid = s.join(l); l.cid < 0 {
-		return nil, nil
-	}
-	return s.ring.Consumer(l.cid, l.p.root)
-}
-
 // submit publishes c on the ring, or queues it in the backlog.
 func (s *shared) submit(c actors.Call) error {
 	// Count the call before looking at closing, as Close sets closing before it looks at
@@ -231,7 +223,7 @@ func (s *shared) wake() {
 	p := s.p
 	want := max(s.prod.Waiting(), 1)
 	for i := range p.laneCount() {
-		if l := p.slots[i].cur.Load(); l != nil && l.cid >= 0 && l.state.Load() == laneReady && l.offer() {
+		if l := p.slots[i].cur.Load(); l != nil && l.cid >= 0 && l.State() == lifecycle.LaneReady && l.offer() {
 			if want--; want == 0 {
 				return
 			}
@@ -243,15 +235,15 @@ func (s *shared) wake() {
 // busy, or was woken and has not run yet, or it was parked and this rang it. A process
 // lane's region is read under its mu, which guards it against unmapping.
 func (l *lane) offer() bool {
-	if l.proc != nil {
+	if l.reaper {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.unmapped {
+		if l.Unmapped() {
 			return false
 		}
 	}
 	if awake, woken := l.wake.Awake(); awake {
-		return woken || !fastpath.Busy(l.region.Running().Load())
+		return woken || !fastpath.Busy(l.Region().Running().Load())
 	}
 	return l.wake.Ring(l.laneBell)
 }
@@ -327,7 +319,7 @@ func (s *shared) holder(seq uint64) *lane {
 // records are never reused. A journal that breaks the protocol (a lane scribbled over the
 // mapping) leaves unknown which calls it held: every call on the ring then fails, and a
 // result that still comes for one settles nothing.
-func (s *shared) recover(l *lane, e *Error, release bool) {
+func (s *shared) recover(l *lane, e *lifecycle.Error, release bool) {
 	if l.cid < 0 {
 		return
 	}
@@ -353,7 +345,7 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 		Err: laneEndError(l, e)}
 	if err != nil {
 		ce := *e
-		ce.Message = "the shared submit ring's claim journal of lane " + fmt.Sprint(l.idx) + " is corrupt"
+		ce.Message = "the shared submit ring's claim journal of lane " + fmt.Sprint(l.Idx) + " is corrupt"
 		ce.Cause = err
 		end.Err = laneEndError(l, &ce)
 		end.Keep, end.Requeue = true, nil
@@ -367,7 +359,7 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 		s.settled()
 	}
 	if n > 0 || rec.Retired != 0 || err != nil {
-		l.debugTo(s.p.root.Named(logging.Steal), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
+		l.DebugTo(s.p.root.Named(logging.Steal), "claim journal recovered", zap.Int("fresh", len(rec.Fresh)),
 			zap.Int("started", len(rec.Started)), zap.Int("calls_settled", n), zap.Error(err))
 	}
 	if s.host.Queued() > 0 { // recovery retired the slots the lane held
@@ -378,7 +370,7 @@ func (s *shared) recover(l *lane, e *Error, release bool) {
 
 // close fails every call still on the ring or its backlog once the pool has stopped its
 // lanes (or given them all up): no lane will claim them.
-func (s *shared) close(e *Error) {
+func (s *shared) close(e *lifecycle.Error) {
 	s.mu.Lock()
 	if s.host.Closed() {
 		s.mu.Unlock()
@@ -400,10 +392,10 @@ func (s *shared) close(e *Error) {
 }
 
 // laneEndError is how a call a lane held fails when the lane ends with e.
-func laneEndError(l *lane, e *Error) func(started, poison bool) error {
+func laneEndError(l *lane, e *lifecycle.Error) func(started, poison bool) error {
 	return func(started, poison bool) error {
 		if poison {
-			return &Error{Code: CodePoisonCall, Lane: l.idx, Started: true,
+			return &lifecycle.Error{Code: lifecycle.CodePoisonCall, Lane: l.Idx, Started: true,
 				Message: "the call was running on two lanes that died: it is not run again", Cause: e}
 		}
 		ce := *e
@@ -414,12 +406,12 @@ func laneEndError(l *lane, e *Error) func(started, poison bool) error {
 
 // pokeAborts wakes a process lane's abort watcher to look at the shared abort bits.
 func (l *lane) pokeAborts() {
-	if l.proc == nil {
+	if !l.reaper {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.unmapped {
+	if !l.Unmapped() {
 		l.AbortRaised()
 	}
 }
@@ -428,10 +420,10 @@ func (l *lane) pokeAborts() {
 func (s *shared) checkResize(n int) error {
 	switch {
 	case s.mode == StealDekker:
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: "a StealDekker pool cannot be resized (its regions are sized for the lanes it starts with)"}
 	case n > steal.MaxConsumers:
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: fmt.Sprintf("%d lanes: a stealing pool has at most %d (Config.Steal: StealOff for more)", n, steal.MaxConsumers)}
 	}
 	return nil

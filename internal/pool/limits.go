@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -138,7 +138,7 @@ func (l Limits) check() error {
 func (p *Pool) openLimits() error {
 	l := p.cfg.Process.Limits
 	if err := l.check(); err != nil {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits: " + err.Error()}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits: " + err.Error()}
 	}
 	pl := &p.limits
 	pl.mechanism, pl.memory = LimitsRlimits, l.Memory
@@ -155,7 +155,7 @@ func (p *Pool) openLimits() error {
 			p.log.Info("process lanes run in cgroups of their own", zap.String("mechanism", string(pl.mechanism)),
 				zap.String("cgroup", name))
 		case l.Cgroup == CgroupRequired:
-			return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits.Cgroup is CgroupRequired", Cause: err}
+			return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits.Cgroup is CgroupRequired", Cause: err}
 		default:
 			lost := ""
 			if l.CPUs > 0 {
@@ -203,9 +203,9 @@ func (p *Pool) closeLimits() {
 
 // limitsExit adds to a lane process's Exit the limits it ran under. The process has been
 // waited for (lifecycle.Process.Collect added what the kernel says about them).
-func (l *lane) limitsExit(x *lifecycle.Exit) {
-	x.MemoryLimit, x.CPULimit = l.p.limits.memory, l.p.limits.cpu
-	if b := l.p.limits.boot; b != nil {
-		x.DataLimited = b.Data > 0 && b.Procs == 0 && l.p.cfg.Process.Limits.Processes == 0
+func (p *Pool) limitsExit(x *lifecycle.Exit) {
+	x.MemoryLimit, x.CPULimit = p.limits.memory, p.limits.cpu
+	if b := p.limits.boot; b != nil {
+		x.DataLimited = b.Data > 0 && b.Procs == 0 && p.cfg.Process.Limits.Processes == 0
 	}
 }

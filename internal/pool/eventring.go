@@ -1,9 +1,11 @@
-package knit
+package pool
 
 import (
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/knitgo/knit/supervisor"
 )
 
 // recentEvents is how many lifecycle events a pool keeps (RecentEvents).
@@ -14,7 +16,7 @@ const recentEvents = 256
 // mutex held for a copy and never waits for a reader.
 type eventRing struct {
 	mu     sync.Mutex
-	buf    []Event
+	buf    []supervisor.Event
 	seq    uint64        // the number of the last event added
 	notify chan struct{} // closed by the next add; nil until someone waits
 }
@@ -22,13 +24,13 @@ type eventRing struct {
 // NumberedEvent is a lifecycle event and its number in the pool's log of recent events.
 type NumberedEvent struct {
 	Seq uint64
-	Event
+	supervisor.Event
 }
 
-func (r *eventRing) add(e Event) {
+func (r *eventRing) add(e supervisor.Event) {
 	r.mu.Lock()
 	if r.buf == nil {
-		r.buf = make([]Event, recentEvents)
+		r.buf = make([]supervisor.Event, recentEvents)
 	}
 	r.seq++
 	r.buf[r.seq%recentEvents] = e

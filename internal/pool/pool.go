@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit/actors"
-	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
@@ -43,7 +42,7 @@ type Pool struct {
 	rr        atomic.Uint32
 
 	futures  atomic.Int64 // futures someone blocks on (Wait after its spin, Done): reapers must drain for them
-	spinning atomic.Bool  // a caller (Help) or a reaper (linger) polls for results, draining for everyone
+	spinning atomic.Bool  // a caller (help) or a reaper (linger) polls for results, draining for everyone
 	// lingering is set while the spinner is a reaper; handover asks it to let a caller spin.
 	lingering, handover atomic.Bool
 	spinMisses          atomic.Int32 // spins in a row that ran out of budget: at coldAfter, callers park at once
@@ -54,8 +53,8 @@ type Pool struct {
 	drainMu             sync.Once
 
 	changeMu sync.Mutex
-	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
-	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
+	changed  chan struct{}                   // closed and replaced when a lane comes up or the pool fails
+	failed   atomic.Pointer[lifecycle.Error] // set when the supervisor gave up every lane
 
 	spares lifecycle.Spares // process lanes started ahead for restarts
 	up     atomic.Bool      // the first boot is over: starts may take spares (resize.go)
@@ -65,7 +64,7 @@ type Pool struct {
 	stopWatch chan struct{} // closed by Close once the lanes are stopped
 	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
 
-	events  chan Event
+	events  chan supervisor.Event
 	evMu    sync.Mutex // guards sends on events against its closing
 	evDone  bool
 	dropped atomic.Uint64
@@ -79,13 +78,15 @@ type Pool struct {
 	// Events() buffers from its first call (evWanted); before it, recent holds the last
 	// transitions for it to deliver first (under evMu).
 	evWanted atomic.Bool
-	recent   []Event
+	recent   []supervisor.Event
 
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 
 	shared *shared // a stealing pool's shared submit ring (nil: private lanes)
 
-	procs *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
+	procs   *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
+	runtime lifecycle.Runtime   // where the lanes' incarnations run
+	memory  string              // what their regions are made of, for the fastpath log
 }
 
 var poolIDs atomic.Uint64
@@ -93,15 +94,15 @@ var poolIDs atomic.Uint64
 // Definition is a task that NewPool accepts: a *Task of any type.
 type Definition interface{ actorsDef() actors.Def }
 
-// NewPool starts a pool serving tasks: its supervision tree boots every lane, in parallel,
-// and NewPool returns once all are ready, or with the first startup error.
-func NewPool(cfg Config, tasks ...Definition) (*Pool, error) { return newPool(cfg, true, tasks...) }
+// New starts a pool serving tasks (knit.NewPool): its supervision tree boots every lane, in parallel,
+// and New returns once all are ready, or with the first startup error.
+func New(cfg Config, tasks ...Definition) (*Pool, error) { return newPool(cfg, true, tasks...) }
 
 // newPool starts a pool; without supervised, its lanes run with no supervision tree (so that
 // benchmarks can show what the tree costs the call path: nothing, as it is never on it).
 func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	if lifecycle.IsLane() {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
+		return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
 	}
 	if err := checkTasks(tasks); err != nil {
@@ -112,7 +113,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
 	if cfg.Lanes > maxLanes {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
+		return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
 	}
 	p.size.Store(int32(cfg.Lanes))
 	debug := logging.DebugFromEnv()
@@ -171,6 +172,9 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 			return nil, err
 		}
 		p.openProcesses()
+	} else {
+		p.runtime = lifecycle.Goroutines{Inline: cfg.Payload.Inline, Epoch: p.epoch.UnixNano()}
+		p.memory = "heap"
 	}
 	if !supervised {
 		for i := range cfg.Lanes {
@@ -231,7 +235,7 @@ func (p *Pool) PID() *actor.PID { return p.tree.PID() }
 // full are dropped and counted in Stats.DroppedEvents (Config.OnEvent drops none). Until
 // Events is first called, no channel is filled: a program that only uses OnEvent drops
 // nothing.
-func (p *Pool) Events() <-chan Event { return p.subscribe() }
+func (p *Pool) Events() <-chan supervisor.Event { return p.subscribe() }
 
 // host is the pool as the supervision tree sees it.
 type host struct{ p *Pool }
@@ -243,17 +247,14 @@ func (h host) StartLane(idx, inc int) (supervisor.Worker, error) {
 	if err := l.start(); err != nil {
 		return nil, err
 	}
-	if l.proc != nil {
-		if err := l.awaitReady(); err != nil {
-			<-l.proc.gone
-			return nil, err
-		}
+	if err := l.AwaitReady(); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
 
 // Event implements supervisor.Host.
-func (h host) Event(e Event) {
+func (h host) Event(e supervisor.Event) {
 	p := h.p
 	if ce := p.log.Check(eventLevel(e), eventMessage(e)); ce != nil {
 		fields := []zap.Field{zap.Int("lane", e.Lane), zap.Int("incarnation", e.Incarnation), zap.Stringer("from", e.From)}
@@ -263,12 +264,12 @@ func (h host) Event(e Event) {
 		if e.Reason != "" {
 			fields = append(fields, zap.String("reason", e.Reason))
 		}
-		if e.To == StateRestarting || e.To == StateCrashLoopBackoff {
+		if e.To == supervisor.Restarting || e.To == supervisor.CrashLoopBackoff {
 			fields = append(fields, zap.Duration("backoff", e.Delay))
 		}
 		ce.Write(fields...)
 	}
-	if e.To == StateCrashLoopBackoff {
+	if e.To == supervisor.CrashLoopBackoff {
 		p.signal() // calls that fail fast stop waiting
 	}
 	p.eventLog.add(e)
@@ -281,7 +282,7 @@ func (h host) Event(e Event) {
 
 // buffer sends e to the Events channel once it has been asked for, and remembers it for a
 // first call until then.
-func (p *Pool) buffer(e Event) {
+func (p *Pool) buffer(e supervisor.Event) {
 	p.evMu.Lock()
 	defer p.evMu.Unlock()
 	if p.evDone {
@@ -298,7 +299,7 @@ func (p *Pool) buffer(e Event) {
 	}
 }
 
-func eventMessage(e Event) string {
+func eventMessage(e supervisor.Event) string {
 	if e.Lane < 0 {
 		return "pool " + e.To.String()
 	}
@@ -307,15 +308,15 @@ func eventMessage(e Event) string {
 
 // eventLevel logs the routine transitions of a first start and of Close at Debug, and
 // everything a supervisor has to do something about above it.
-func eventLevel(e Event) zapcore.Level {
+func eventLevel(e supervisor.Event) zapcore.Level {
 	switch e.To {
-	case StateCrashed, StateExited, StateStartupFailed:
+	case supervisor.Crashed, supervisor.Exited, supervisor.StartupFailed:
 		return zapcore.WarnLevel
-	case StateDead, StateFailed, StateCrashLoopBackoff:
+	case supervisor.Dead, supervisor.Failed, supervisor.CrashLoopBackoff:
 		return zapcore.ErrorLevel
-	case StateRestarting, StateRecycling, StateRetiring, StateRemoved:
+	case supervisor.Restarting, supervisor.Recycling, supervisor.Retiring, supervisor.Removed:
 		return zapcore.InfoLevel
-	case StateBooting, StateReady:
+	case supervisor.Booting, supervisor.Ready:
 		if e.Incarnation > 0 {
 			return zapcore.InfoLevel
 		}
@@ -325,9 +326,9 @@ func eventLevel(e Event) zapcore.Level {
 
 // Failed implements supervisor.Host.
 func (h host) Failed(err error) {
-	var e *Error
+	var e *lifecycle.Error
 	if !errors.As(err, &e) {
-		e = &Error{Code: CodePoolUnavailable, Lane: -1, Cause: err}
+		e = &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Cause: err}
 	}
 	h.p.failed.Store(e)
 	if h.p.shared != nil { // no lane will claim what is on the shared ring
@@ -369,7 +370,7 @@ func (p *Pool) pick() *lane {
 		return p.leastLoaded()
 	case FirstIdle, FirstIdleOrRandom:
 		for i := range n {
-			if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.state.Load() == laneReady {
+			if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.State() == lifecycle.LaneReady {
 				return l
 			}
 		}
@@ -381,7 +382,7 @@ func (p *Pool) pick() *lane {
 		start = int(p.rr.Add(1)) % n
 	}
 	for k := range n {
-		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.state.Load() == laneReady {
+		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.State() == lifecycle.LaneReady {
 			return l
 		}
 	}
@@ -395,7 +396,7 @@ func (p *Pool) leastLoaded() *lane {
 	bestLoad := int32(0)
 	for i := range p.laneCount() {
 		l := p.slots[i].cur.Load()
-		if l == nil || l.state.Load() != laneReady {
+		if l == nil || l.State() != lifecycle.LaneReady {
 			continue
 		}
 		load := l.inflight.Load()
@@ -447,7 +448,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		l := p.pick()
 		if l == nil {
 			if e := p.failed.Load(); e != nil {
-				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+				return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 			}
 			changed := p.changes()
 			if p.closing.Load() {
@@ -457,7 +458,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
+					return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 						Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 				}
 				select {
@@ -475,7 +476,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		if err == errLaneGone {
 			continue
 		}
-		if err := p.full(ctx, c, err, l.idx); err != nil {
+		if err := p.full(ctx, c, err, l.Idx); err != nil {
 			return nil, err
 		}
 	}
@@ -498,7 +499,7 @@ func (p *Pool) full(ctx context.Context, c actors.Call, err error, lane int) err
 		if lane < 0 {
 			which = "shared"
 		}
-		return &Error{Code: CodeOverloaded, Lane: lane, Task: c.Def.Name(),
+		return &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: lane, Task: c.Def.Name(),
 			Message: fmt.Sprintf("%s backlog of %d calls is full", which, p.cfg.Backlog)}
 	}
 }
@@ -512,10 +513,10 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 			return nil, errClosed
 		}
 		if e := p.failed.Load(); e != nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 		}
 		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
+			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 				Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 		}
 		err := s.submit(c)
@@ -555,16 +556,16 @@ func (p *Pool) requeue(r actors.Retry) bool {
 	return true
 }
 
-var errClosed = &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed"}
+var errClosed = &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Message: "pool is closed"}
 
 // ctxError is the error of a call whose caller's context ended.
 func ctxError(ctx context.Context, d actors.Def) error {
 	err := ctx.Err()
-	code := CodeCanceled
+	code := lifecycle.CodeCanceled
 	if errors.Is(err, context.DeadlineExceeded) {
-		code = CodeTimeout
+		code = lifecycle.CodeTimeout
 	}
-	return &Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
+	return &lifecycle.Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
 }
 
 // callDone follows a settled call: while closing, the last one opens Close's drain wait.
@@ -630,7 +631,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			<-p.watchDone
 		}
 		if p.shared != nil {
-			p.shared.close(&Error{Code: CodeThreadClosed, Lane: -1, Message: "pool closed"})
+			p.shared.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()
 		}
 		p.spares.Close()
@@ -646,7 +647,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			for i, l := range unacked {
 				names[i] = fmt.Sprint(l)
 			}
-			p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
+			p.closeErr = &lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1,
 				Message: "lanes did not acknowledge their stop request and were " + what + ": " + strings.Join(names, ", ")}
 		}
 	})
@@ -664,30 +665,10 @@ func (p *Pool) stopLanes() (unacked []int) {
 	return unacked
 }
 
-// stop asks the lane to stop and waits StopAckTimeout for it to end. A process lane that
-// does not end in time gets SIGTERM, then SIGKILL after KillGrace; a goroutine lane is
-// abandoned: its rings are fenced and its calls settled. It reports whether the lane ended
-// by itself.
-func (l *lane) stop() bool {
-	l.mu.Lock()
-	if l.state.Load() == laneEnded || !l.started {
-		l.state.Store(laneEnded)
-		l.mu.Unlock()
-		return true
-	}
-	l.state.Store(laneStopping)
-	l.region.Stop().Store(fastpath.StopRequested)
-	l.wake.Force(l.laneBell)
-	l.mu.Unlock()
-	l.kickReaper() // an idle reaper waits for the acknowledgement from now on
-	l.debug("stop requested")
-	return l.stopping().Run()
-}
-
 // LaneStats describes one lane.
 type LaneStats struct {
 	Lane        int
-	State       State
+	State       supervisor.State
 	Incarnation int // 0 for the first start, then higher with each restart or recycle
 	Restarts    int
 	InFlight    int    // calls on the lane, including its backlog
@@ -705,13 +686,6 @@ type LaneStats struct {
 	// Claimed counts the calls the lane's current incarnation took from the pool's shared
 	// submit ring (work stealing); InFlight and Queued count only its private ring.
 	Claimed uint64
-}
-
-func (l *lane) pid() int {
-	if l.proc == nil {
-		return 0
-	}
-	return l.proc.PID()
 }
 
 // Stats describes a pool.
@@ -747,18 +721,10 @@ func (p *Pool) Stats() Stats {
 		}
 		// Between a new incarnation's booting and its ready, the lane pointer still names
 		// the old one: its PID and counters are not this incarnation's.
-		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.inc == ls.Incarnation) {
-			var st fastpath.StatsSnapshot
-			l.mu.Lock()
-			switch {
-			case l.unmapped:
-				st = l.proc.final
-			case l.region != nil:
-				st = l.region.Stats().Snapshot()
-			}
-			l.mu.Unlock()
+		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.Inc == ls.Incarnation) {
+			st := l.counters()
 			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.ring.Queued()), l.claimed.Load()
-			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.pid()
+			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.Run().PID()
 		}
 		p.totalsOf(i, &ls)
 		s.Lanes = append(s.Lanes, ls)

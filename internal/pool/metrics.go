@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/supervisor"
 )
 
 // A pool's observation: cumulative counters per lane slot, and on request per-task latency
@@ -69,8 +70,8 @@ type laneTotal struct {
 	mu        sync.Mutex // orders folding an incarnation in against Stats
 	completed uint64     // by incarnations that have ended and been folded in
 	failed    uint64
-	live      []*lane // incarnations opened and not folded in yet: their counters still move
-	lastEnd   Code    // the code of the slot's last end (crash, exit, failed start)
+	live      []*lane        // incarnations opened and not folded in yet: their counters still move
+	lastEnd   lifecycle.Code // the code of the slot's last end (crash, exit, failed start)
 	crashes   atomic.Int64
 }
 
@@ -89,7 +90,7 @@ func (o *monitor) opened(l *lane) {
 	if o == nil {
 		return
 	}
-	t := o.total(l.idx)
+	t := o.total(l.Idx)
 	t.mu.Lock()
 	t.fold()
 	t.live = append(t.live, l)
@@ -131,7 +132,7 @@ func newMonitor(p *Pool) (*monitor, error) {
 	default:
 		m, err := newMeters(p, o)
 		if err != nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "creating the pool's metric instruments", Cause: err}
+			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "creating the pool's metric instruments", Cause: err}
 		}
 		o.m = m
 	}
@@ -199,7 +200,7 @@ func (o *monitor) Settled(task uint32, err error, begun int64, ran uint64) {
 
 // event counts a lifecycle transition: crashes per slot, and the instruments' restarts,
 // crashes and recycles.
-func (o *monitor) event(e Event) {
+func (o *monitor) event(e supervisor.Event) {
 	if o == nil || e.Lane < 0 {
 		return
 	}
@@ -207,15 +208,15 @@ func (o *monitor) event(e Event) {
 	code := e.Code
 	t.mu.Lock()
 	switch e.To {
-	case StateCrashed, StateExited, StateStartupFailed:
+	case supervisor.Crashed, supervisor.Exited, supervisor.StartupFailed:
 		t.lastEnd = code
-	case StateRestarting, StateCrashLoopBackoff:
+	case supervisor.Restarting, supervisor.CrashLoopBackoff:
 		if code == "" { // a restart is counted by the code of the end that caused it
 			code = t.lastEnd
 		}
 	}
 	t.mu.Unlock()
-	crash := e.To == StateCrashed
+	crash := e.To == supervisor.Crashed
 	if crash {
 		t.crashes.Add(1)
 	}
@@ -227,7 +228,7 @@ func (o *monitor) event(e Event) {
 	switch {
 	case crash:
 		c = m.crashes
-	case e.To == StateRestarting || e.To == StateCrashLoopBackoff:
+	case e.To == supervisor.Restarting || e.To == supervisor.CrashLoopBackoff:
 		c = m.restarts
 	case isRecycle(e.To):
 		c = m.recycles
@@ -240,7 +241,7 @@ func (o *monitor) event(e Event) {
 // isRecycle reports whether a lane state is its recycling (a lane replaced after serving its
 // quota of calls or memory): counted in knit.lane.recycles. It goes by the state's name so
 // that the instrument counts recycles whatever state constant names them.
-func isRecycle(s State) bool {
+func isRecycle(s supervisor.State) bool {
 	n := s.String()
 	return n == "recycling" || n == "recycled"
 }
@@ -281,17 +282,7 @@ func killReason(x lifecycle.Exit) string {
 
 // counters are what the lane's incarnation has counted: live from its region, or as they
 // were when its region was unmapped.
-func (l *lane) counters() fastpath.StatsSnapshot {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.unmapped:
-		return l.proc.final
-	case l.region != nil:
-		return l.region.Stats().Snapshot()
-	}
-	return fastpath.StatsSnapshot{}
-}
+func (l *lane) counters() fastpath.StatsSnapshot { return l.Counters() }
 
 // totalsOf fills ls's counters across incarnations.
 func (p *Pool) totalsOf(i int, ls *LaneStats) {
@@ -411,7 +402,7 @@ func newMeters(p *Pool, o *monitor) (*meters, error) {
 
 // laneAttrs are lane i's attribute sets: the lane's, and the lane's with each state. They
 // are made at collection, the first time lane i is seen. m.mu is held.
-func (m *meters) lane(i int, states []State) (attrs metric.ObserveOption, byState []metric.ObserveOption) {
+func (m *meters) lane(i int, states []supervisor.State) (attrs metric.ObserveOption, byState []metric.ObserveOption) {
 	for len(m.laneAttrs) <= i {
 		n := len(m.laneAttrs)
 		lane := attribute.Int("knit.lane", n)
@@ -426,10 +417,10 @@ func (m *meters) lane(i int, states []State) (attrs metric.ObserveOption, byStat
 }
 
 // laneStates are the states a lane can be in (every State but the pool's Failed).
-func laneStates() []State {
-	var out []State
-	for s := State(0); !strings.HasPrefix(s.String(), "state("); s++ {
-		if s != StateFailed {
+func laneStates() []supervisor.State {
+	var out []supervisor.State
+	for s := supervisor.State(0); !strings.HasPrefix(s.String(), "state("); s++ {
+		if s != supervisor.Failed {
 			out = append(out, s)
 		}
 	}
@@ -458,7 +449,7 @@ func (p *Pool) startObserving() error {
 		for i := range p.monLanes() {
 			attrs, byState := m.lane(i, states)
 			var inflight, queued int64
-			if l := p.monLane(i); l != nil && l.state.Load() != laneEnded {
+			if l := p.monLane(i); l != nil && l.State() != lifecycle.LaneEnded {
 				inflight, queued = int64(l.inflight.Load()), int64(l.ring.Queued())
 			}
 			ob.ObserveInt64(m.inflight, inflight, attrs)
@@ -478,7 +469,7 @@ func (p *Pool) startObserving() error {
 		return nil
 	}, m.started, m.finished, m.inflight, m.queued, m.state)
 	if err != nil {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "registering the pool's metric callback", Cause: err}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "registering the pool's metric callback", Cause: err}
 	}
 	m.reg = reg
 	return nil
@@ -500,7 +491,7 @@ type taskAttrs struct {
 	started    atomic.Uint64          // calls submitted
 	ok         *outcomeAttrs
 	mu         sync.Mutex // serialises additions to codes
-	codes      atomic.Pointer[map[Code]*outcomeAttrs]
+	codes      atomic.Pointer[map[lifecycle.Code]*outcomeAttrs]
 }
 
 // outcomeAttrs are the attribute sets of one task and outcome, and its count of calls.
@@ -522,9 +513,9 @@ func (t *taskAttrs) observe(ob metric.Observer, c metric.Int64ObservableCounter,
 // an *Error it returned) get theirs when first seen, up to maxCodes per task; beyond that
 // they count as "OTHER", so that no task can grow the instruments' cardinality without
 // bound.
-var knownCodes = []Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
-	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeCanceled, CodeThreadClosed,
-	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall}
+var knownCodes = []lifecycle.Code{lifecycle.CodePoolClosed, lifecycle.CodeTimeout, lifecycle.CodeTaskPanic, lifecycle.CodeTaskError, lifecycle.CodePayloadTooLarge,
+	lifecycle.CodeOverloaded, lifecycle.CodeUnsupportedType, lifecycle.CodePoolUnavailable, lifecycle.CodeCanceled, lifecycle.CodeThreadClosed,
+	lifecycle.CodeWorkerCrashed, lifecycle.CodeWorkerExited, lifecycle.CodeStartupFailed, lifecycle.CodeWorkerUnresponsive, lifecycle.CodePoisonCall}
 
 const maxCodes = 64
 
@@ -539,7 +530,7 @@ func newTaskAttrs(pool attribute.KeyValue, task string) *taskAttrs {
 	t.obs = []metric.ObserveOption{metric.WithAttributeSet(set)}
 	t.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
 	t.ok = t.build(outcomeOK)
-	codes := make(map[Code]*outcomeAttrs, len(knownCodes)+1)
+	codes := make(map[lifecycle.Code]*outcomeAttrs, len(knownCodes)+1)
 	for _, c := range knownCodes {
 		codes[c] = t.build(string(c))
 	}
@@ -558,10 +549,10 @@ func (t *taskAttrs) outcome(err error) *outcomeAttrs {
 	if err == nil {
 		return t.ok
 	}
-	code := Code(outcomeOther)
-	if ke, ok := err.(*Error); ok {
+	code := lifecycle.Code(outcomeOther)
+	if ke, ok := err.(*lifecycle.Error); ok {
 		code = ke.Code
-	} else if ke := (*Error)(nil); errors.As(err, &ke) {
+	} else if ke := (*lifecycle.Error)(nil); errors.As(err, &ke) {
 		code = ke.Code
 	}
 	if a := (*t.codes.Load())[code]; a != nil {
@@ -576,7 +567,7 @@ func (t *taskAttrs) outcome(err error) *outcomeAttrs {
 	if len(codes) >= maxCodes {
 		return codes[outcomeOther]
 	}
-	next := make(map[Code]*outcomeAttrs, len(codes)+1)
+	next := make(map[lifecycle.Code]*outcomeAttrs, len(codes)+1)
 	for c, a := range codes {
 		next[c] = a
 	}

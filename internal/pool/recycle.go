@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/internal/procfs"
+	"github.com/knitgo/knit/lifecycle"
 )
 
 // Recycling (Config.MaxCallsPerLane, ProcessConfig.MaxLaneMemory) and retiring (Resize)
@@ -22,7 +23,7 @@ import (
 func (l *lane) countCall(max int) {
 	l.calls++
 	if l.calls%max == 0 && l.p.tree != nil && !l.p.closing.Load() { // Close replaces nothing
-		l.p.tree.Recycle(l.idx, l.inc, fmt.Sprintf("MaxCallsPerLane: %d calls taken (limit %d)", l.calls, max))
+		l.p.tree.Recycle(l.Idx, l.Inc, fmt.Sprintf("MaxCallsPerLane: %d calls taken (limit %d)", l.calls, max))
 	}
 }
 
@@ -31,26 +32,24 @@ func (l *lane) countCall(max int) {
 // once the lane has ended.
 func (l *lane) Retire(hurry <-chan struct{}) bool {
 	l.mu.Lock()
-	if l.state.Load() == laneReady {
-		l.state.Store(laneRetiring)
-	}
-	if l.cid >= 0 && !l.unmapped {
-		l.region.Open().Store(0) // a stealing lane claims no more from the shared ring
+	l.Retiring()
+	if l.cid >= 0 && !l.Unmapped() {
+		l.Region().Open().Store(0) // a stealing lane claims no more from the shared ring
 	}
 	l.mu.Unlock()
-	l.debug("retiring: finishing held calls", zap.Int32("in_flight", l.inflight.Load()))
+	l.Debug("retiring: finishing held calls", zap.Int32("in_flight", l.inflight.Load()))
 wait:
 	for l.inflight.Load() > 0 {
 		select {
 		case <-l.idle:
-		case <-l.ended:
+		case <-l.Settled():
 			break wait
 		case <-hurry:
 			break wait
 		}
 	}
 	acked := l.Stop()
-	if l.p.slots[l.idx].old.CompareAndSwap(l, nil) {
+	if l.p.slots[l.Idx].old.CompareAndSwap(l, nil) {
 		l.p.signal() // Resize may wait for it
 	}
 	return acked
@@ -69,13 +68,13 @@ func (l *lane) retireIdle() {
 // drops repeated requests while the replacement boots.
 func (p *Pool) checkMemory(l *lane) {
 	max := p.cfg.Process.MaxLaneMemory
-	if max <= 0 || l.proc == nil || l.state.Load() != laneReady || p.closing.Load() {
+	if max <= 0 || !l.reaper || l.State() != lifecycle.LaneReady || p.closing.Load() {
 		return
 	}
-	rss, err := procfs.RSS(l.proc.PID()) // /proc/PID/statm: one small read
+	rss, err := procfs.RSS(l.Run().PID()) // /proc/PID/statm: one small read
 	if err != nil || rss <= max {
 		return
 	}
-	l.debug("lane memory over MaxLaneMemory: recycling", zap.Int64("rss", rss), zap.Int64("limit", max))
-	p.tree.Recycle(l.idx, l.inc, fmt.Sprintf("MaxLaneMemory: resident memory %d MiB over the limit of %d MiB", rss>>20, max>>20))
+	l.Debug("lane memory over MaxLaneMemory: recycling", zap.Int64("rss", rss), zap.Int64("limit", max))
+	p.tree.Recycle(l.Idx, l.Inc, fmt.Sprintf("MaxLaneMemory: resident memory %d MiB over the limit of %d MiB", rss>>20, max>>20))
 }

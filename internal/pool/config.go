@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
 )
 
@@ -133,7 +134,7 @@ type Config struct {
 	// than 5 times in 10s is in crash-loop backoff (restarts doubling up to 1min, logged at
 	// Error) until one incarnation serves for 10s. OnIntensity: GiveUp gives such a lane up
 	// instead, as OTP does.
-	Restart Restart
+	Restart supervisor.Policy
 	// FailFast makes a call fail at once with ErrPoolUnavailable when no lane is ready and
 	// every lane is in crash-loop backoff (or dead); by default it waits, within its
 	// context, for a lane to come back. Calls still wait for lanes on an ordinary restart.
@@ -175,7 +176,7 @@ type Config struct {
 	Parent *actor.PID
 	// OnEvent is called with every lifecycle transition, in order, from the supervisor's
 	// goroutines. It must not block and must not call Close.
-	OnEvent func(Event)
+	OnEvent func(supervisor.Event)
 	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
 	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
 	EventBuffer int
@@ -201,70 +202,6 @@ type Config struct {
 	// now (see StealAuto).
 	Steal Steal
 }
-
-// Restart is a pool's supervision policy (see the supervisor package).
-type Restart = supervisor.Policy
-
-// Backoff spaces restarts: exponential from Min to Max (CrashLoopMax for a lane in crash-loop
-// backoff) with Jitter, reset after a quiet period.
-type Backoff = supervisor.Backoff
-
-// IntensityAction says what becomes of a lane that exceeds its restart intensity.
-type IntensityAction = supervisor.IntensityAction
-
-// Intensity actions (Restart.OnIntensity).
-const (
-	CrashLoop = supervisor.CrashLoop // keep restarting, ever more slowly, up to Backoff.CrashLoopMax (default)
-	GiveUp    = supervisor.GiveUp    // give the lane up (dead); with none left the pool fails, as in OTP
-)
-
-// RestartType says which ends of a lane bring it back.
-type RestartType = supervisor.RestartType
-
-// Restart types, as in OTP.
-const (
-	Transient = supervisor.Transient // restart after a crash or a non-zero exit (default)
-	Permanent = supervisor.Permanent // restart after any end the host did not ask for
-	Temporary = supervisor.Temporary // never restart
-)
-
-// Strategy says which lanes restart together.
-type Strategy = supervisor.Strategy
-
-// Strategies, as in OTP.
-const (
-	OneForOne  = supervisor.OneForOne  // only the lane that failed (default)
-	AllForOne  = supervisor.AllForOne  // every lane
-	RestForOne = supervisor.RestForOne // the lane that failed and the lanes after it
-)
-
-// Event is one lifecycle transition of a lane (Lane -1: the pool).
-type Event = supervisor.Event
-
-// State is where a lane is in its life.
-type State = supervisor.State
-
-// States.
-const (
-	StateBooting          = supervisor.Booting
-	StateReady            = supervisor.Ready
-	StateStopping         = supervisor.Stopping
-	StateClosed           = supervisor.Closed
-	StateCrashed          = supervisor.Crashed
-	StateExited           = supervisor.Exited
-	StateStartupFailed    = supervisor.StartupFailed
-	StateRestarting       = supervisor.Restarting
-	StateCrashLoopBackoff = supervisor.CrashLoopBackoff // restarting after Event.Delay, past the restart intensity
-	StateDead             = supervisor.Dead
-	StateFailed           = supervisor.Failed    // the pool: no lane is left
-	StateNew              = supervisor.New       // before a lane's first boot
-	StateRecycling        = supervisor.Recycling // a planned replacement (MaxCallsPerLane, MaxLaneMemory); Reason says why
-	StateRetiring         = supervisor.Retiring  // removed by Resize: finishing its calls
-	StateRemoved          = supervisor.Removed   // gone from the pool (Resize)
-)
-
-// PoolFailed is the message Config.Parent receives when the pool has failed.
-type PoolFailed = supervisor.PoolFailed
 
 // SharedMemoryMode says how a process lane receives its region.
 type SharedMemoryMode int
@@ -312,7 +249,7 @@ type ProcessConfig struct {
 	// Sandbox confines each lane with Landlock and a seccomp preset, applied by the lane
 	// before it serves; a layer is off, best effort or required (docs/process-lanes.md,
 	// "Containing untrusted or crashy code").
-	Sandbox Sandbox
+	Sandbox lifecycle.Sandbox
 	// MaxLaneMemory recycles a process lane whose resident memory (RSS, of the lane's
 	// process: a Prefix that forks measures the wrapper) is above this many bytes (zero:
 	// never), the way MaxCallsPerLane does. It is sampled from /proc/PID/statm at the
@@ -380,27 +317,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// checkOptions refuses task options that cannot mean anything: a negative Timeout or
-// HardTimeout (zero means none).
-func checkOptions(o *actors.Options) error {
-	switch {
-	case o.Timeout < 0:
-		return fmt.Errorf("Timeout %v is negative (0 means none)", o.Timeout)
-	case o.HardTimeout < 0:
-		return fmt.Errorf("HardTimeout %v is negative (0 means none)", o.HardTimeout)
-	}
-	return nil
-}
-
 // checkTasks refuses what NewPool cannot serve: no task at all, or a nil one (a nil *Task,
 // or a Task value not made by Define).
 func checkTasks(tasks []Definition) error {
 	if len(tasks) == 0 {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
 	}
 	for i, t := range tasks {
 		if t == nil || t.actorsDef() == nil {
-			return &Error{Code: CodePoolUnavailable, Lane: -1,
+			return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 				Message: fmt.Sprintf("NewPool: task %d of %d is nil (tasks come from knit.Define)", i+1, len(tasks))}
 		}
 	}
@@ -416,7 +341,7 @@ func checkPortable(cfg Config, defs []actors.Def) error {
 	}
 	for _, d := range defs {
 		if err := actors.CheckPortable(d); err != nil {
-			return &Error{Code: CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
+			return &lifecycle.Error{Code: lifecycle.CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"fmt"
@@ -53,10 +53,10 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 		}
 		for i := range n {
 			for k, l := range p.slots[i].lanes() {
-				if l == nil || l.proc == nil {
+				if l == nil || !l.reaper {
 					continue
 				}
-				if st := l.state.Load(); st != laneReady && st != laneRetiring {
+				if st := l.State(); st != lifecycle.LaneReady && st != lifecycle.LaneRetiring {
 					continue
 				}
 				l.drain()
@@ -83,7 +83,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 					continue
 				}
 				if still := now.Sub(s.at); still >= p.cfg.Liveness {
-					l.debug("heartbeat stood still: killing the lane", zap.Duration("still", still))
+					l.Debug("heartbeat stood still: killing the lane", zap.Duration("still", still))
 					l.kill(lifecycle.Exit{Unresponsive: fmt.Sprintf("no heartbeat for %v", still.Round(time.Millisecond))})
 				}
 			}
@@ -95,10 +95,10 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 func (l *lane) heartbeat() (uint32, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.unmapped {
+	if l.Unmapped() {
 		return 0, false
 	}
-	return l.region.Heartbeat().Load(), true
+	return l.Region().Heartbeat().Load(), true
 }
 
 // ringStalled rings a process lane that is parked while calls wait in its ring. The doorbell
@@ -108,10 +108,10 @@ func (l *lane) heartbeat() (uint32, bool) {
 func (l *lane) ringStalled() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.unmapped {
+	if l.Unmapped() {
 		return
 	}
-	if awake, _ := l.wake.Awake(); !awake && l.region.Requests().Unread() {
+	if awake, _ := l.wake.Awake(); !awake && l.Region().Requests().Unread() {
 		l.wake.Ring(l.laneBell)
 	}
 }

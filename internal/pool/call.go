@@ -1,4 +1,4 @@
-package knit
+package pool
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	}
 	r, err := t.def.Records.Alloc()
 	if err != nil {
-		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 		t.rejected(p, err)
 		return zero, err
 	}
@@ -71,7 +71,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		return out, err
 	}
 	if r.Pending() {
-		p.Help(r)
+		p.help(r)
 	}
 	if done := ctx.Done(); done != nil && r.Pending() {
 		l.needReaper()
@@ -109,7 +109,7 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		if cancel != nil {
 			cancel()
 		}
-		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 		t.rejected(p, err)
 		actors.FailFuture(f, err)
 		return fut
@@ -132,11 +132,11 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	if ctx.Done() != nil {
 		expire = func() { t.expire(ctx, p, r) }
 	}
-	// No reaper is woken for the future: its owner drains its result when it waits (Help),
+	// No reaper is woken for the future: its owner drains its result when it waits (help),
 	// and registers for a reaper only if it blocks (Block), or asks for Done. A reaper is
 	// woken only when the lane holds more calls than its return ring has slots: its results
 	// then must be drained for the lane to go on.
-	r.Attach(f, ctx, cancel, expire, p)
+	r.Attach(f, ctx, cancel, expire, helper{p})
 	l, err := p.dispatch(ctx, c)
 	if err != nil {
 		_, err = t.failure(ctx, err)
@@ -152,11 +152,11 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, context.CancelFunc, error) {
 	switch {
 	case p == nil:
-		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
+		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
 	case p.closing.Load():
-		return ctx, nil, &Error{Code: CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
+		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
 	case int(t.def.Index()) >= len(p.byIndex) || p.byIndex[t.def.Index()] == nil:
-		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
+		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
 	}
 	if ctx.Err() != nil {
 		return ctx, nil, ctxError(ctx, t.def)
@@ -173,12 +173,21 @@ func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, 
 	return ctx, nil, nil
 }
 
-// Help implements actors.Helper: it polls for a call's result for as long as spinning pays,
+// helper is the pool as a Future sees it (actors.Helper), kept off Pool's method set so that
+// nothing a user holds can drain or count for the pool.
+type helper struct{ p *Pool }
+
+func (h helper) Help(c actors.Pender) { h.p.help(c) }
+func (h helper) Block()               { h.p.block() }
+func (h helper) Unblock()             { h.p.unblock() }
+func (h helper) Poll()                { h.p.poll() }
+
+// help polls for a call's result for as long as spinning pays,
 // draining every process lane's results itself, so that a quick result costs no wake-up on
 // either side. One caller spins at a time; the others park, and the spinner settles their
 // calls too. A spin that runs out of budget makes the following callers park at once,
 // except one in probeEvery, which spins to see whether results come back quickly again.
-func (p *Pool) Help(c actors.Pender) {
+func (p *Pool) help(c actors.Pender) {
 	budget := p.cfg.CallerSpin
 	if budget <= 0 || p.spinMisses.Load() >= coldAfter && rand.Uint32()%probeEvery != 0 {
 		return
@@ -224,26 +233,26 @@ func (p *Pool) Help(c actors.Pender) {
 	}
 }
 
-// Block implements actors.Helper: a goroutine is about to block on a future until it
+// block: a goroutine is about to block on a future until it
 // settles (its Wait's spin ran out, or it asked for Done). From then until Unblock every
 // reaper drains, whichever lane the call is on now or runs on after a restart. p.futures
 // counts these futures (not every unsettled one: a future nobody blocks on costs no
 // reaper a wake-up).
-func (p *Pool) Block() {
+func (p *Pool) block() {
 	if p.reaped && p.futures.Add(1) == 1 {
 		p.kickReapers()
 	}
 }
 
-// Unblock implements actors.Helper.
-func (p *Pool) Unblock() {
+// unblock undoes block.
+func (p *Pool) unblock() {
 	if p.reaped {
 		p.futures.Add(-1)
 	}
 }
 
-// Poll implements actors.Helper: it settles every result waiting on a return ring.
-func (p *Pool) Poll() {
+// poll settles every result waiting on a return ring.
+func (p *Pool) poll() {
 	if p.reaped {
 		p.drainAll()
 	}
@@ -321,10 +330,10 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 		r.Enc = actors.AppendCarried(r.Enc, func(add func(k, v string)) { prop.Inject(ctx, setCarrier(add)) })
 	}
 	if r.Enc, err = t.def.InCodec.Append(r.Enc, r.In); err != nil {
-		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
+		return c, &lifecycle.Error{Code: lifecycle.CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
 	}
 	if len(r.Enc) > p.cfg.Payload.MaxCall {
-		return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
+		return c, &lifecycle.Error{Code: lifecycle.CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
 			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.Payload = r.Enc
@@ -366,7 +375,7 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 		return
 	}
 	l := p.laneByKey(r.Lane.Load())
-	if l == nil || l.proc == nil {
+	if l == nil || !l.reaper {
 		return
 	}
 	if cause == errHardTimeout {
@@ -406,7 +415,7 @@ func (t *Task[In, Out]) expireShared(p *Pool, r *actors.Record[In, Out], cause e
 	seq, gen := r.Seq.Load(), r.Gen.Load()
 	hard := t.def.Options().HardTimeout
 	kill := func() {
-		if l := s.holder(seq); l != nil && l.proc != nil && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
+		if l := s.holder(seq); l != nil && l.reaper && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
 			l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
 		}
 	}
@@ -432,11 +441,11 @@ func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
 		if o.HasDefault {
 			return t.def.TimeoutValue(), nil
 		}
-		return t.def.TimeoutValue(), &Error{Code: CodeTimeout, Lane: -1, Task: t.def.Name(),
+		return t.def.TimeoutValue(), &lifecycle.Error{Code: lifecycle.CodeTimeout, Lane: -1, Task: t.def.Name(),
 			Message: fmt.Sprintf("no result within %v", o.CallTimeout()), Cause: context.DeadlineExceeded}
 	}
 	var zero Out
-	var ke *Error
+	var ke *lifecycle.Error
 	if errors.As(err, &ke) {
 		return zero, err
 	}

@@ -1,0 +1,99 @@
+package pool
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/shm"
+	"github.com/knitgo/knit/lifecycle"
+)
+
+// openProcesses readies a pool of process lanes to start them: its runtime, launcher and
+// spares. It sweeps what dead hosts left in /dev/shm first.
+func (p *Pool) openProcesses() {
+	cfg := p.cfg
+	p.sweepShm()
+	p.procs = &lifecycle.Launcher{
+		Command: cfg.Process.Command, Prefix: cfg.Process.Prefix, Env: cfg.Process.Env,
+		Named: cfg.Process.SharedMemory == Named, StartupTimeout: cfg.StartupTimeout,
+		Cgroups: p.limits.tree, Root: p.root, Log: p.laneLog,
+		Killed: func(lane int, why lifecycle.Exit) { p.obs.killed(lane, "SIGKILL", killReason(why)) },
+	}
+	p.spares.Launcher, p.spares.Count, p.spares.Log = p.procs, cfg.Process.Spares, p.log
+	p.runtime = &lifecycle.Processes{
+		Launcher: p.procs, Spares: &p.spares, Epoch: p.epoch.UnixNano(),
+		Layout:         fastpath.Layout{Inline: cfg.Payload.Inline, Arena: cfg.Payload.Arena, AbortBits: fastpath.DefaultAbortBits},
+		StartupTimeout: cfg.StartupTimeout, Liveness: cfg.Liveness, Limits: p.limitsExit,
+	}
+	p.memory = cfg.Process.SharedMemory.String()
+}
+
+// sweepShm removes what dead hosts left in /dev/shm (see SweepSharedMemory).
+func (p *Pool) sweepShm() {
+	removed, err := shm.Sweep()
+	if len(removed) > 0 {
+		p.log.Info("removed shared-memory names of dead hosts", zap.Strings("names", removed))
+	}
+	if err != nil {
+		p.log.Debug("sweeping shared-memory names of dead hosts", zap.Error(err))
+	}
+}
+
+// SweepSharedMemory removes the /dev/shm/knit-<pid>-… names that knit hosts which have died
+// left behind, and returns them. A host names its rendezvous sockets (SharedMemory Named)
+// that way and removes each as soon as its lane has connected, or when the lane ends; a host
+// killed in between cannot. Every NewPool of process lanes sweeps first, so a later pool
+// cleans up after a dead one; call this to clean up without starting a pool. It only
+// removes names owned by this user whose pid names no living process (a pid reused since
+// protects its dead host's names until it ends too).
+func SweepSharedMemory() ([]string, error) { return shm.Sweep() }
+
+// parkSafetyNet bounds a parked process lane's sleep. The doorbell protocol loses no wake,
+// and the watchdog rings a parked lane that has calls waiting (ringStalled), so this only
+// matters if both failed; every expiry costs an idle lane a wake-up and its runtime a burst
+// of polling, which at 1 s was most of an idle pool's CPU (docs/benchmarks.md).
+const parkSafetyNet = 10 * time.Second
+
+// bootRecord is the lane's boot record (lifecycle.Launcher fills in Shm, the rendezvous
+// where it collects its descriptors, if it has one).
+func (l *lane) bootRecord() lifecycle.Boot {
+	cfg := l.p.cfg
+	boot := lifecycle.Boot{
+		Version: fastpath.Version, Lane: uint32(l.Idx), Incarnation: uint32(l.Inc),
+		MaxCall: cfg.Payload.MaxCall, Spin: int64(cfg.LaneSpin), Park: int64(parkSafetyNet),
+		Beat:  int64(cfg.Liveness / beatsPerLiveness),
+		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
+		Carry: cfg.Propagator != nil, Timed: l.p.obs.timed(),
+		Limits: l.p.limits.boot,
+	}
+	boot.Sandbox = laneSandbox(cfg)
+	boot.Steal, boot.Consumer = l.cid >= 0, l.cid
+	for _, d := range l.p.defs {
+		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
+	}
+	return boot
+}
+
+// kill ends the lane's incarnation (a process lane's whole process group); why says what the
+// host will report. A goroutine cannot be killed: callers only kill remote lanes.
+func (l *lane) kill(why lifecycle.Exit) { l.Kill(why) }
+
+// raiseAbort sets a call's abort bit and rings the lane's abort doorbell, if the bit still
+// belongs to the call and the region is still mapped.
+func (l *lane) raiseAbort(bit int32, fn, id uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.reaper || l.Unmapped() {
+		return
+	}
+	l.ring.RaiseAbortLocked(bit, fn, id)
+}
+
+// AbortRaised implements actors.RingOwner: it rings the lane's abort doorbell; mu is held.
+func (l *lane) AbortRaised() {
+	l.Region().AbortWake().Add(1)
+	_, _ = futex.Wake(l.Region().AbortWake(), 1)
+}
