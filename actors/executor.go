@@ -20,12 +20,16 @@ type Executor struct {
 	Region *fastpath.Region
 	Lane   fastpath.Bell // the bell the lane parks on (rung for calls and stop requests)
 	Done   fastpath.Bell // the completion doorbell the host may sleep on (nil: never rung)
-	// Drain, if set, settles results in the host right after each publish. In-process
-	// lanes use it: the lane goroutine hands the result to its caller itself, which keeps
-	// a call on one core and needs no wake-up of a third goroutine.
-	Drain func()
-	Spin  time.Duration // spin budget before parking
-	Park  time.Duration // safety-net timeout of a park (0: none)
+	// Host, if set, is the host end of the lane's rings, which the lane drains right after
+	// each publish (HostRing.Drain). In-process lanes use it: the lane goroutine hands the
+	// result to its caller itself, which keeps a call on one core and needs no wake-up of a
+	// third goroutine. It is called directly, not through a function value: a closure and
+	// the owner's wrapper around Drain were two calls more on every call's path.
+	Host *HostRing
+	// Corrupt is told when a result Host drains breaks the protocol: the lane must die.
+	Corrupt func(error)
+	Spin    time.Duration // spin budget before parking
+	Park    time.Duration // safety-net timeout of a park (0: none)
 	// Local runs calls by reference on their records (goroutine lanes); otherwise payloads
 	// are decoded and results encoded (process lanes).
 	Local bool
@@ -162,7 +166,9 @@ func (e *Executor) Run() error {
 		var err error
 		for i := range req.Slots(pending) { // Take's loop, inlined on the hot path
 			s := req.Slot(i)
-			batch[n] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: s.Seq(), deadline: s.Deadline()}
+			// Field by field: a composite literal is built aside and copied.
+			w := &batch[n]
+			w.fn, w.id, w.gen, w.abort, w.seq, w.deadline = s.Fn(), s.Call(), s.Gen(), s.Abort(), s.Seq(), s.Deadline()
 			if !e.Local {
 				var p []byte
 				if p, err = req.Payload(i); err != nil {
@@ -259,7 +265,8 @@ func (e *Executor) claim() (int, error) {
 	}
 	for k := range n {
 		s := c.Slot(k)
-		e.sbatch[k] = work{fn: s.Fn(), id: s.Call(), gen: s.Gen(), abort: s.Abort(), seq: c.Call(k).Seq, deadline: s.Deadline()}
+		w := &e.sbatch[k] // field by field, as in Run
+		w.fn, w.id, w.gen, w.abort, w.seq, w.deadline = s.Fn(), s.Call(), s.Gen(), s.Abort(), c.Call(k).Seq, s.Deadline()
 		if !e.Local {
 			p, err := c.Payload(k)
 			if err != nil {
@@ -306,8 +313,10 @@ func (e *Executor) yield() {
 // process lane rings the completion doorbell if the host sleeps on it.
 func (e *Executor) signal() {
 	switch {
-	case e.Drain != nil:
-		e.Drain()
+	case e.Host != nil:
+		if _, err := e.Host.Drain(); err != nil {
+			e.Corrupt(err)
+		}
 	case e.Done != nil: // nil: never rung, even when the host has armed the doorbell
 		e.Region.Returns().Completion().Signal(e.Done)
 	}
@@ -361,6 +370,10 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 	for {
 		if i, ok := p.Reserve(); ok {
+			if n == 0 { // a goroutine lane's result: its value is on the call's record
+				p.Empty(i)
+				return i, nil
+			}
 			buf, err := p.Put(i, n)
 			if err == nil {
 				return i, buf

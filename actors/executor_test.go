@@ -778,29 +778,38 @@ func TestExecutorWaitsForFullReturnRing(t *testing.T) {
 	h.stopAndWait()
 }
 
-// A goroutine lane settles its results itself (Drain) right after each publish: calls
+// executorSettler settles an executor's results as a lane does, and checks that each
+// settles before the next call runs.
+type executorSettler struct {
+	owner   uint64
+	ran     *atomic.Int32 // calls run so far
+	settled atomic.Int32
+	bad     atomic.Value
+}
+
+func (s *executorSettler) SettleResult(r Result) error {
+	if n, ran := s.settled.Add(1), s.ran.Load(); n != ran {
+		s.bad.Store(fmt.Errorf("result %d settled after %d calls ran, want right after its own", n, ran))
+	}
+	return r.Def.SettleResult(s.owner, r.Key, r.ID, r.Gen, r.Outcome, r.Payload, true, r.Ran, testWrapper{})
+}
+
+// A goroutine lane settles its results itself (Host) right after each publish: calls
 // settle with nobody reading the return ring.
 func TestExecutorDrain(t *testing.T) {
-	task := defineTest(t, double, Options{})
+	var ran atomic.Int32
+	task := defineTest(t, func(ctx context.Context, n int) (int, error) {
+		ran.Add(1)
+		return double(ctx, n)
+	}, Options{})
 	const owner, lane = 9, 3
-	var h *testHost
-	var drains atomic.Int32
-	var bad atomic.Value
-	drain := func() {
-		drains.Add(1)
-		pending := h.ret.Poll()
-		for m := pending; m != 0; {
-			i := h.ret.Next(m)
-			m &^= 1 << i
-			s := h.ret.Slot(i)
-			if err := task.SettleResult(owner, lane, s.Call(), s.Gen(), Outcome(s.Flags()), nil, true, 0, testWrapper{}); err != nil {
-				bad.Store(err)
-			}
-		}
-		h.ret.Retire(pending)
-	}
-	h = startExecutor(t, fastpath.Layout{Arena: 64, AbortBits: 1}, []Def{task}, func(e *Executor) {
-		e.Local, e.Drain = true, func() { drain() }
+	settler := &executorSettler{owner: owner, ran: &ran}
+	var corrupt atomic.Value
+	h := startExecutor(t, fastpath.Layout{Arena: 64, AbortBits: 1}, []Def{task}, func(e *Executor) {
+		var mu sync.Mutex
+		e.Local, e.Corrupt = true, func(err error) { corrupt.Store(err) }
+		e.Host = NewHostRing(RingConfig{Mu: &mu, Key: lane, Backlog: 1, Returns: e.Region.Returns().Consumer(),
+			Tasks: []Def{task}, Settle: settler})
 	})
 	var recs []*Record[int, int]
 	for n := range 5 {
@@ -820,10 +829,13 @@ func TestExecutorDrain(t *testing.T) {
 		}
 	}
 	h.stopAndWait()
-	if err, _ := bad.Load().(error); err != nil {
+	if err, _ := settler.bad.Load().(error); err != nil {
 		t.Fatal(err)
 	}
-	if drains.Load() < 5 {
-		t.Fatalf("Drain ran %d times for 5 results, want once per result", drains.Load())
+	if err, _ := corrupt.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	if n := settler.settled.Load(); n != 5 {
+		t.Fatalf("%d results settled, want 5", n)
 	}
 }

@@ -46,9 +46,12 @@ type LaneProducer struct {
 }
 
 // Stage implements Producer.
-func (p *LaneProducer) Stage(slot int) uint64 {
+func (p *LaneProducer) Stage(slot int) uint64 { return p.stage(slot, p.Producer.Slot(slot)) }
+
+// stage is Stage for a caller that holds the slot already (s is slot).
+func (p *LaneProducer) stage(slot int, s fastpath.Slot) uint64 {
 	p.seq++
-	p.Producer.Slot(slot).SetSeq(p.seq)
+	s.SetSeq(p.seq)
 	p.Producer.Stage(slot)
 	return p.seq
 }
@@ -79,7 +82,17 @@ type Result struct {
 	ID, Gen uint32
 	Outcome Outcome
 	Ran     uint64 // how long the call ran on the lane, in nanoseconds (0: not timed)
-	Payload []byte // in shared memory: decode it before Settle returns
+	Payload []byte // in shared memory: decode it before SettleResult returns
+}
+
+// Settler settles the results a HostRing reads from its return ring: the lane that owns it.
+// An interface, not a function value: a method value is called through a wrapper, and
+// either way the call is not inlined; a result goes by value, as a pointer passed through
+// an interface escapes.
+type Settler interface {
+	// SettleResult does the owner's accounting for a result the ring has checked and
+	// settles its call. An error means the result broke the protocol (Drain returns it).
+	SettleResult(Result) error
 }
 
 // RingConfig configures a HostRing.
@@ -90,7 +103,7 @@ type RingConfig struct {
 	Owner         RingOwner
 	Submit        Producer
 	Key           int32 // names the ring in call records
-	Backlog       int   // calls queued beyond the ring's slots
+	Backlog       int   // calls queued beyond the ring's slots (at least 1)
 	BlockWhenFull bool  // renew the channel a full backlog's BacklogFull carries when calls move
 	// Aborts are the abort bits calls on the ring get (none when empty: calls of goroutine
 	// lanes cannot be interrupted); slot headers and records name bit i as AbortBase+i.
@@ -100,8 +113,8 @@ type RingConfig struct {
 	// The return ring (nil: the ring's calls are answered elsewhere, as the shared ring's
 	// are, on the return ring of the lane that claimed each), and how its results settle.
 	Returns *fastpath.Consumer
-	Tasks   []Def               // by function index: the tasks served
-	Settle  func(*Result) error // the Result is valid only during the call
+	Tasks   []Def // by function index: the tasks served
+	Settle  Settler
 	// Remote: the lane is another process; see Drain.
 	Remote bool
 	// Shared is the pool's shared ring, whose calls the lane may answer on its return ring
@@ -119,7 +132,7 @@ type RingConfig struct {
 // the other half of the same protocol: what it writes into a slot is what Executor reads,
 // and what Executor publishes it settles into a Record through its Def. It never decides
 // where a call goes or what happens when a lane dies: its owner (the pool's lane, or its
-// shared ring) does, through RingOwner and the Settle function.
+// shared ring) does, through RingOwner and its Settler.
 type HostRing struct {
 	mu      *sync.Mutex
 	owner   RingOwner
@@ -139,8 +152,7 @@ type HostRing struct {
 
 	ret      *fastpath.Consumer
 	tasks    []Def
-	settle   func(*Result) error
-	result   Result // settleSlot's, under draining: passed by pointer without escaping, copied by no one
+	settle   Settler
 	remote   bool
 	shared   *HostRing
 	draining atomic.Bool
@@ -152,7 +164,7 @@ func NewHostRing(c RingConfig) *HostRing {
 	lane, _ := c.Submit.(*LaneProducer)
 	return &HostRing{
 		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull,
-		backlog: make([]Call, c.Backlog), space: make(chan struct{}),
+		backlog: make([]Call, max(c.Backlog, 1)), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
 		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared,
 	}
@@ -176,11 +188,36 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 		r.mu.Unlock()
 		return false, err
 	}
+	// A full backlog refuses the call even when slots are free: its calls go first, with
+	// the drainer's flush. (It holds one call at least: NewHostRing.)
+	if r.n == len(r.backlog) {
+		space := r.space
+		r.mu.Unlock()
+		return false, &BacklogFull{Space: space}
+	}
+	// The ring takes the call: it is marked as on this ring, with an abort bit, and
+	// counted by the owner before it is published (here, not in a method of its own: a
+	// call more on every call's path).
+	c.Lane.Store(r.key)
+	if r.aborts.Len() > 0 {
+		r.allocAbort(c)
+	}
+	r.owner.Accept()
 	if r.n == 0 {
-		if slot, ok := r.reserve(); ok {
-			r.accept(c)
+		var slot int
+		var ok bool
+		if p := r.lane; p != nil { // a lane's own ring: no call through Producer
+			slot, ok = p.Reserve()
+		} else {
+			slot, ok = r.prod.Reserve()
+		}
+		if ok {
 			if r.publish(slot, c) {
-				r.flush()
+				if p := r.lane; p != nil {
+					p.Flush()
+				} else {
+					r.prod.Flush()
+				}
 				r.mu.Unlock()
 				r.owner.Published()
 				return false, nil
@@ -190,12 +227,6 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 			return true, nil
 		}
 	}
-	if r.n == len(r.backlog) {
-		space := r.space
-		r.mu.Unlock()
-		return false, &BacklogFull{Space: space}
-	}
-	r.accept(c)
 	r.enqueue(*c)
 	// The consumers may have retired every slot (and a lane drained its last result) between
 	// the failed Reserve and the enqueue, and then found no backlog to flush: look again now.
@@ -209,30 +240,26 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 	return true, nil
 }
 
-// accept marks c as on this ring and gives a cancellable call an abort bit, raised at once
-// if its caller has given up already; then the owner counts it. Called with mu held.
-func (r *HostRing) accept(c *Call) {
-	c.Lane.Store(r.key)
-	if r.aborts.Len() > 0 {
-		bit := int32(-1) // none: all are taken, or the call cannot be cancelled
-		if c.Done != nil {
-			bit = r.bits.alloc(c.Def.Index(), c.ID)
-		}
-		if bit >= 0 {
-			select {
-			case <-c.Done:
-				// The caller gave up while the call looked for a lane (a Go future's
-				// context, or a call run again after its lane died): its expiry may have
-				// looked for the call on no lane or another one, so raise the bit here, or
-				// the task would run on until its lane dies.
-				r.raiseLocked(bit)
-			default:
-			}
-			bit += r.abortBase
-		}
-		c.Abort.Store(bit)
+// allocAbort gives a cancellable call an abort bit, raised at once if its caller has given
+// up already. Called with mu held, on a ring with abort bits.
+func (r *HostRing) allocAbort(c *Call) {
+	bit := int32(-1) // none: all are taken, or the call cannot be cancelled
+	if c.Done != nil {
+		bit = r.bits.alloc(c.Def.Index(), c.ID)
 	}
-	r.owner.Accept()
+	if bit >= 0 {
+		select {
+		case <-c.Done:
+			// The caller gave up while the call looked for a lane (a Go future's
+			// context, or a call run again after its lane died): its expiry may have
+			// looked for the call on no lane or another one, so raise the bit here, or
+			// the task would run on until its lane dies.
+			r.raiseLocked(bit)
+		default:
+		}
+		bit += r.abortBase
+	}
+	c.Abort.Store(bit)
 }
 
 // enqueue appends an accepted call to the backlog. Called with mu held.
@@ -247,66 +274,42 @@ func (r *HostRing) enqueue(c Call) {
 // arena has no room for its payload now (the slot is given back and c waits in the
 // backlog). Goroutine lanes carry no payload: the value stays on the call's record. Called
 // with mu held.
+//
+// On a lane's own ring (r.lane) the producer's methods are called directly, in a path of
+// their own: a call through Producer, or a small wrapper method that chooses, is not
+// inlined and costs every call of a goroutine lane a few percent (so does a helper for the
+// header's four fields, which the interface call to Index keeps from being inlined).
 func (r *HostRing) publish(slot int, c *Call) bool {
-	buf, err := r.put(slot, len(c.Payload))
+	if p := r.lane; p != nil {
+		if len(c.Payload) == 0 {
+			p.Empty(slot) // a goroutine lane's call: its value stays on its record
+		} else if buf, err := p.Put(slot, len(c.Payload)); err == nil {
+			copy(buf, c.Payload)
+		} else {
+			p.Release(slot)
+			return false
+		}
+		s := p.Slot(slot)
+		s.SetFn(c.Def.Index())
+		s.SetCall(c.ID, c.Gen)
+		s.SetAbort(uint32(c.Abort.Load() + 1))
+		s.SetDeadline(c.Deadline)
+		c.Seq.Store(p.stage(slot, s))
+		return true
+	}
+	buf, err := r.prod.Put(slot, len(c.Payload))
 	if err != nil {
-		r.release(slot)
+		r.prod.Release(slot)
 		return false
 	}
 	copy(buf, c.Payload)
-	s := r.slot(slot)
+	s := r.prod.Slot(slot)
 	s.SetFn(c.Def.Index())
 	s.SetCall(c.ID, c.Gen)
 	s.SetAbort(uint32(c.Abort.Load() + 1))
 	s.SetDeadline(c.Deadline)
-	c.Seq.Store(r.stage(slot))
+	c.Seq.Store(r.prod.Stage(slot))
 	return true
-}
-
-// The producer's methods, called directly on a lane's own ring: an interface call costs
-// every call of a goroutine lane a few percent.
-func (r *HostRing) reserve() (int, bool) {
-	if p := r.lane; p != nil {
-		return p.Reserve()
-	}
-	return r.prod.Reserve()
-}
-
-func (r *HostRing) put(slot, n int) ([]byte, error) {
-	if p := r.lane; p != nil {
-		return p.Put(slot, n)
-	}
-	return r.prod.Put(slot, n)
-}
-
-func (r *HostRing) release(slot int) {
-	if p := r.lane; p != nil {
-		p.Release(slot)
-		return
-	}
-	r.prod.Release(slot)
-}
-
-func (r *HostRing) slot(i int) fastpath.Slot {
-	if p := r.lane; p != nil {
-		return p.Slot(i)
-	}
-	return r.prod.Slot(i)
-}
-
-func (r *HostRing) stage(slot int) uint64 {
-	if p := r.lane; p != nil {
-		return p.Stage(slot)
-	}
-	return r.prod.Stage(slot)
-}
-
-func (r *HostRing) flush() {
-	if p := r.lane; p != nil {
-		p.Flush()
-		return
-	}
-	r.prod.Flush()
 }
 
 // Queued is how many calls wait in the backlog.
@@ -330,7 +333,13 @@ func (r *HostRing) flushLocked() bool {
 	}
 	moved := 0
 	for r.n > 0 {
-		slot, ok := r.reserve()
+		var slot int
+		var ok bool
+		if p := r.lane; p != nil {
+			slot, ok = p.Reserve()
+		} else {
+			slot, ok = r.prod.Reserve()
+		}
 		if !ok || !r.publish(slot, &r.backlog[r.head]) {
 			break
 		}
@@ -339,7 +348,11 @@ func (r *HostRing) flushLocked() bool {
 		r.n--
 		moved++
 	}
-	r.flush() // one store for the whole burst
+	if p := r.lane; p != nil { // one store for the whole burst
+		p.Flush()
+	} else {
+		r.prod.Flush()
+	}
 	r.queued.Store(int32(r.n))
 	if moved > 0 && r.block {
 		close(r.space)
@@ -501,15 +514,8 @@ func (r *HostRing) settleSlot(i int) error {
 			return err
 		}
 	}
-	// Field by field: a composite literal is built aside and copied in wide loads that the
-	// CPU cannot forward from the narrow stores that built it, a stall on every result.
-	res := &r.result
-	res.Def, res.Key, res.Shared = r.tasks[fn], from.key, from != r
-	res.ID, res.Gen, res.Outcome, res.Ran = s.Call(), s.Gen(), Outcome(flags&^SharedResult), s.Seq()
-	res.Payload = payload
-	err = r.settle(res)
-	res.Def, res.Payload = nil, nil // nothing kept alive, no view of the slot kept
-	return err
+	return r.settle.SettleResult(Result{Def: r.tasks[fn], Key: from.key, Shared: from != r, ID: s.Call(), Gen: s.Gen(),
+		Outcome: Outcome(flags &^ SharedResult), Ran: s.Seq(), Payload: payload})
 }
 
 // abortBits hands a bitmap's abort bits to cancellable calls. The ring's mutex guards it.

@@ -28,8 +28,7 @@ func (o *ringOwner) Admit() error { return o.admit }
 func (o *ringOwner) Accept()      { o.accepted++ }
 func (o *ringOwner) Published()   { o.published++ }
 func (o *ringOwner) AbortRaised() { o.raised++ }
-func (o *ringOwner) Settle(res *Result) error {
-	r := *res
+func (o *ringOwner) SettleResult(r Result) error {
 	r.Payload = bytes.Clone(r.Payload)
 	o.settled = append(o.settled, r)
 	if o.settle != nil {
@@ -60,7 +59,7 @@ func newTestRing(t *testing.T, tasks []Def, configure func(*RingConfig, *fastpat
 	}
 	tr := &testRing{owner: &ringOwner{}, region: region, req: region.Requests().Consumer(), ret: region.Returns().Producer()}
 	c := RingConfig{Mu: &tr.mu, Owner: tr.owner, Submit: &LaneProducer{Producer: region.Requests().Producer()},
-		Key: testRingKey, Backlog: 4, Returns: region.Returns().Consumer(), Tasks: tasks, Settle: tr.owner.Settle}
+		Key: testRingKey, Backlog: 4, Returns: region.Returns().Consumer(), Tasks: tasks, Settle: tr.owner}
 	if configure != nil {
 		configure(&c, region)
 	}
@@ -164,6 +163,9 @@ func TestHostRingSubmitPublishes(t *testing.T) {
 	if _, err := tr.Submit(&c); err != tr.owner.admit {
 		t.Fatalf("Submit to a ring its owner closed: %v", err)
 	}
+	if tr.owner.accepted != 3 || tr.owner.published != 3 || len(tr.take(t)) != 0 {
+		t.Fatalf("a refused call was counted (%d) or published (%d)", tr.owner.accepted, tr.owner.published)
+	}
 }
 
 // Calls beyond the 32 slots wait in the backlog, in order, until a Flush (or a Drain) finds
@@ -183,11 +185,14 @@ func TestHostRingBacklog(t *testing.T) {
 	if tr.Queued() != 4 || recs[fastpath.Slots].Seq.Load() != 0 {
 		t.Fatalf("backlog holds %d, first queued call's seq %d", tr.Queued(), recs[fastpath.Slots].Seq.Load())
 	}
-	c, _ := ringCall(t, task, context.Background(), 99)
+	c, r := ringCall(t, task, context.Background(), 99)
 	_, err := tr.Submit(&c)
 	var full *BacklogFull
 	if !errors.As(err, &full) {
 		t.Fatalf("Submit to a full backlog: %v", err)
+	}
+	if tr.owner.accepted != fastpath.Slots+4 || r.Lane.Load() == testRingKey {
+		t.Fatalf("the call a full backlog refused was taken: %d calls counted, want %d", tr.owner.accepted, fastpath.Slots+4)
 	}
 	if got := len(tr.take(t)); got != fastpath.Slots {
 		t.Fatalf("the lane took %d calls, want %d", got, fastpath.Slots)
@@ -429,6 +434,11 @@ func TestHostRingDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// settleNothing is a Settler that settles nothing.
+type settleNothing struct{}
+
+func (settleNothing) SettleResult(Result) error { return nil }
+
 // BenchmarkHostRingCycle is one call's way through a lane's HostRing with the lane played
 // inline: Submit, the lane taking it and answering, Drain settling the result.
 func BenchmarkHostRingCycle(b *testing.B) {
@@ -442,7 +452,7 @@ func BenchmarkHostRingCycle(b *testing.B) {
 	o := &ringOwner{}
 	h := NewHostRing(RingConfig{Mu: &mu, Owner: o, Submit: &LaneProducer{Producer: region.Requests().Producer()},
 		Backlog: 4, Returns: region.Returns().Consumer(), Tasks: served(task),
-		Settle: func(*Result) error { return nil }})
+		Settle: settleNothing{}})
 	req, ret := region.Requests().Consumer(), region.Returns().Producer()
 	r := startCall(b, task, context.Background(), 1, 1, -1)
 	c := Call{Def: task, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq}

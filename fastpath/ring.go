@@ -19,6 +19,8 @@ const (
 	TagArena                // in the producer's arena
 )
 
+var _ = [1]struct{}{}[TagNone] // Slot.empty writes TagNone as zeros
+
 // Slot header offsets.
 const (
 	hFn    = 0
@@ -105,6 +107,13 @@ func (s Slot) Deadline() int64 { return int64(binary.LittleEndian.Uint64(s.h[hDL
 // SetDeadline stores the call's deadline in Unix nanoseconds (0: none).
 func (s Slot) SetDeadline(ns int64) { binary.LittleEndian.PutUint64(s.h[hDL:hDL+8], uint64(ns)) }
 
+// empty marks the slot's payload empty: its tag (TagNone is 0), offset and length zero.
+// Two stores, where three put32 calls are too costly for Empty to be inlined.
+func (s Slot) empty() {
+	*(*[4]byte)(s.h[hTag : hTag+4]) = [4]byte{}
+	*(*[8]byte)(s.h[hOff : hOff+8]) = [8]byte{}
+}
+
 // Producer is the only writer of a ring's producer word and the owner of its arena. It is
 // not safe for concurrent use.
 type Producer struct {
@@ -134,15 +143,15 @@ func (r Ring) Producer() *Producer {
 // walks them from where it stopped, cyclic order makes delivery FIFO. ok is false when the
 // ring is full.
 func (p *Producer) Reserve() (slot int, ok bool) {
-	slot = p.cursor
+	slot = p.cursor & slotMask // always in range: the mask spares the shift and index their checks
 	bit := uint32(1) << slot
-	if (p.local^p.shadow)&bit != 0 || p.reserved&bit != 0 {
+	if ((p.local^p.shadow)|p.reserved)&bit != 0 { // in flight or reserved (one test: inlined)
 		p.shadow = p.cons.Load()
-		if (p.local^p.shadow)&bit != 0 || p.reserved&bit != 0 {
+		if ((p.local^p.shadow)|p.reserved)&bit != 0 {
 			return -1, false
 		}
 	}
-	p.cursor = (slot + 1) % Slots
+	p.cursor = (slot + 1) & slotMask
 	p.reserved |= bit
 	p.ext[slot] = extent{}
 	return slot, true
@@ -161,12 +170,18 @@ func (p *Producer) ReserveAny() (slot int, ok bool) {
 	if busy == ^uint32(0) {
 		return -1, false
 	}
-	slot = (bits.TrailingZeros32(bits.RotateLeft32(^busy, -p.cursor)) + p.cursor) % Slots
-	p.cursor = (slot + 1) % Slots
+	slot = (bits.TrailingZeros32(bits.RotateLeft32(^busy, -p.cursor)) + p.cursor) & slotMask
+	p.cursor = (slot + 1) & slotMask
 	p.reserved |= 1 << slot
 	p.ext[slot] = extent{}
 	return slot, true
 }
+
+// slotMask is i % Slots for an i ≥ 0, without the fixups a signed remainder costs (Slots is
+// a power of two: the array length below does not compile otherwise).
+const slotMask = Slots - 1
+
+var _ [Slots & slotMask]struct{} = [0]struct{}{}
 
 // Slot returns slot i for writing.
 func (p *Producer) Slot(i int) Slot { return p.slots[i] }
@@ -178,9 +193,7 @@ func (p *Producer) Put(i, n int) ([]byte, error) {
 	s := p.slots[i]
 	switch {
 	case n == 0:
-		s.put32(hTag, TagNone)
-		s.put32(hOff, 0)
-		s.put32(hLen, 0)
+		s.empty()
 		return nil, nil
 	case n <= HeaderData:
 		s.put32(hTag, TagHeader)
@@ -204,6 +217,11 @@ func (p *Producer) Put(i, n int) ([]byte, error) {
 	s.put32(hLen, uint32(n))
 	return p.r.arena[off : off+n : off+n], nil
 }
+
+// Empty is Put(i, 0): slot i carries no payload (every call and result of a goroutine
+// lane: the values stay on the call's record). It is small enough to be inlined, which
+// Put is not.
+func (p *Producer) Empty(i int) { p.slots[i&slotMask].empty() }
 
 // alloc finds room for n bytes first-fit between the extents of slots still in flight. It
 // needs no atomics: only the producer allocates, and an extent is reclaimed once the
@@ -281,7 +299,7 @@ func (p *Producer) Flush() bool {
 func (p *Producer) Release(i int) {
 	p.reserved &^= 1 << i
 	p.ext[i] = extent{}
-	if (i+1)%Slots == p.cursor {
+	if (i+1)&slotMask == p.cursor {
 		p.cursor = i
 	}
 }
@@ -327,7 +345,8 @@ func (c *Consumer) Slot(i int) Slot { return c.slots[i] }
 func (c *Consumer) Payload(i int) ([]byte, error) { return c.r.payload(i, c.slots[i]) }
 
 // payload is slot i's payload bytes (s is the slot), validated against the ring's layout.
-func (r Ring) payload(i int, s Slot) ([]byte, error) {
+// The Ring by pointer: it is ten words, which a call by value copies twice on every result.
+func (r *Ring) payload(i int, s Slot) ([]byte, error) {
 	tag, off, n := s.u32(hTag), s.u32(hOff), s.u32(hLen)
 	switch tag {
 	case TagNone:
@@ -357,8 +376,8 @@ func (c *Consumer) Next(pending uint32) int {
 	if pending == 0 {
 		return -1
 	}
-	i := (bits.TrailingZeros32(bits.RotateLeft32(pending, -c.cursor)) + c.cursor) % Slots
-	c.cursor = (i + 1) % Slots
+	i := (bits.TrailingZeros32(bits.RotateLeft32(pending, -c.cursor)) + c.cursor) & slotMask
+	c.cursor = (i + 1) & slotMask
 	return i
 }
 
@@ -386,7 +405,7 @@ func (c *Consumer) Slots(pending uint32) iter.Seq[int] {
 	return func(yield func(int) bool) {
 		for m := pending; m != 0; {
 			i := c.Next(m)
-			m &^= 1 << i
+			m &^= 1 << (uint(i) & slotMask) // the mask spares the shift its range checks
 			if !yield(i) {
 				return
 			}

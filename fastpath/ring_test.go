@@ -225,6 +225,36 @@ func TestRingFullAndTiers(t *testing.T) {
 	}
 }
 
+// Empty is Put(i, 0): a slot that carried a payload reads as carrying none, and keeps the
+// header fields that are not the payload's.
+func TestEmpty(t *testing.T) {
+	r := newTestRegion(t, Layout{Arena: 4096})
+	p, c := r.Requests().Producer(), r.Requests().Consumer()
+	for _, n := range []int{HeaderData, DefaultInline, DefaultInline + 1} {
+		i, ok := p.Reserve()
+		if !ok {
+			t.Fatal("ring full")
+		}
+		if _, err := p.Put(i, n); err != nil {
+			t.Fatalf("put %d: %v", n, err)
+		}
+		s := p.Slot(i)
+		s.SetFlags(7)
+		s.SetAbort(9)
+		p.Empty(i)
+		p.Publish(i)
+		pending := c.Poll()
+		got, err := c.Payload(i)
+		if pending != 1<<i || err != nil || got != nil {
+			t.Fatalf("after a payload of %d bytes: pending %#x, payload %q, %v", n, pending, got, err)
+		}
+		if tag, off, l := s.u32(hTag), s.u32(hOff), s.u32(hLen); tag != TagNone || off != 0 || l != 0 || s.Flags() != 7 || s.Abort() != 9 {
+			t.Fatalf("after a payload of %d bytes: tag %d offset %d length %d flags %d abort %d", n, tag, off, l, s.Flags(), s.Abort())
+		}
+		c.Retire(pending)
+	}
+}
+
 func TestArenaBackpressureAndReclaim(t *testing.T) {
 	r := newTestRegion(t, Layout{Arena: 4096})
 	p, c := r.Requests().Producer(), r.Requests().Consumer()

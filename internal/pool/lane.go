@@ -109,7 +109,7 @@ func (l *lane) start() error {
 func (l *lane) executor() (actors.Executor, error) {
 	cfg := l.p.cfg
 	exec := actors.Executor{
-		Drain: func() { l.drain() }, Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex,
+		Host: l.ring, Corrupt: l.corrupt, Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex,
 		Panic: cfg.PanicCrashesLane, Timed: l.p.obs.timed(),
 	}
 	var err error
@@ -132,7 +132,7 @@ func (l *lane) debugRegion(kind string) {
 func (l *lane) newRing() *actors.HostRing {
 	c := actors.RingConfig{Mu: &l.mu, Owner: l, Submit: &actors.LaneProducer{Producer: l.Region().Requests().Producer()},
 		Key: l.key, Backlog: l.p.cfg.Backlog, BlockWhenFull: l.p.cfg.BlockWhenFull,
-		Returns: l.Region().Returns().Consumer(), Tasks: l.p.byIndex, Settle: l.settle, Remote: l.reaper}
+		Returns: l.Region().Returns().Consumer(), Tasks: l.p.byIndex, Settle: l, Remote: l.reaper}
 	if l.reaper {
 		c.Aborts = l.Region().Aborts()
 	}
@@ -181,8 +181,9 @@ func (l *lane) drain() int {
 	return settled
 }
 
-// settle does the lane's accounting for a result the ring has checked, and settles its call.
-func (l *lane) settle(r *actors.Result) error {
+// SettleResult implements actors.Settler: the lane's accounting for a result the ring has
+// checked, and the settling of its call.
+func (l *lane) SettleResult(r actors.Result) error {
 	var sh *shared
 	if r.Shared { // a call the lane claimed from the shared ring
 		sh = l.p.shared
