@@ -125,7 +125,9 @@ func (e *Executor) Run() error {
 	running := e.Region.Running()
 	e.running = running
 	for {
-		if e.busy { // between batches: the lane looks for work (a stealing host rings none)
+		// Between batches the lane looks for work (a stealing host rings none): idle, unless
+		// it still holds claimed calls (its own ring's calls ran first).
+		if e.busy && e.claimed == 0 {
 			running.Store(fastpath.RunningWord(e.last, false))
 			e.busy = false
 		}
