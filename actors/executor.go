@@ -87,6 +87,9 @@ func (e *Executor) Run() error {
 	// published before it saw the lane parked is either claimed here or by a peer. A lane
 	// that keeps losing claims to its peers runs out of spin and parks, as an idle private
 	// lane does, and the host rings it when more calls wait than awake lanes can take.
+	// Its running word says busy from before each claim until its batch has run, so the
+	// host never counts on a lane that holds claimed calls (docs/stealing.md, "Waking
+	// lanes").
 	var claimErr error
 	retry := false
 	ready := func() bool {
