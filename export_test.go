@@ -10,6 +10,8 @@ var (
 	LaneDebug             = pool.LaneDebug
 	NewResultHarness      = pool.NewResultHarness
 	StealState            = pool.StealState
+	StopStealBackstop     = pool.StopStealBackstop
+	StealAwake            = pool.StealAwake
 )
 
 // ResultHarness is the host side of one process lane with no process behind it.

@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit"
 )
@@ -90,14 +95,17 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer p.Close(context.Background())
+				knit.StopStealBackstop(p) // no watchdog rings a lane for a call left waiting
 				ctx, cancel := context.WithCancel(context.Background())
 				held := sleepy.Go(ctx, p, 0)
 				for i := range 200 {
-					stuck := time.AfterFunc(10*time.Second, func() { fmt.Fprintf(os.Stderr, "STUCK add %d: %s\n", i, knit.StealState(p)) })
-					v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1})
-					stuck.Stop()
+					// A call that waits 10 s for a lane is stuck: it fails the test, with
+					// the ring and the lanes as they were.
+					actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+					v, err := add.Call(actx, p, [2]int64{int64(i), 1})
+					acancel()
 					if err != nil || v != int64(i)+1 {
-						t.Fatalf("add %d: %d, %v", i, v, err)
+						t.Fatalf("add %d: %d, %v; %s", i, v, err, knit.StealState(p))
 					}
 				}
 				cancel()
@@ -274,3 +282,90 @@ func awaitPID(t *testing.T, file string) int {
 	t.Fatalf("no PID in %s", file)
 	return 0
 }
+
+// A lane that has claimed a call and not started it yet will not claim another until that
+// call ends: the host must not count it as a lane looking for work. The lane that claims
+// the held call is stopped right after its claim (in its "claimed" debug entry, written
+// inside the claim); the other lane parks; then an add is published, and the host must
+// ring the parked lane for it, as the claimant will run the held call next. Issue 13's
+// stuck call: the claimant's running word still said "not busy" (it was stored only when
+// the call started), so the host counted it and rang no lane; the add waited until the
+// watchdog's backstop rang one, forever without it.
+//
+// Ticket only: a Dekker claimant stopped there still holds its region's handshake, so the
+// other lane keeps retrying instead of parking (and the host counts the held call as
+// waiting); Dekker's window, between releasing the batch and starting it, is left to
+// TestStealFreeLaneStress.
+func TestStealClaimantIsNotFree(t *testing.T) {
+	for _, mode := range []knit.Steal{knit.StealTicket} {
+		t.Run(mode.String(), func(t *testing.T) {
+			hook := &claimHook{claimed: make(chan int, 1), release: make(chan struct{}), once: new(sync.Once)}
+			p, err := knit.NewPool(knit.Config{Lanes: 2, Steal: mode, Logger: zap.New(hook)}, stealTasks...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			knit.StopStealBackstop(p)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			held := sleepy.Go(ctx, p, 0)
+			c := <-hook.claimed // the claimant, stopped between its claim and the held call
+			other := 1 - c      // the two lanes have consumer ids 0 and 1
+			for knit.StealAwake(p, other) {
+				runtime.Gosched() // the other lane finds nothing to claim and parks
+			}
+			f := add.Go(context.Background(), p, [2]int64{2, 3}) // published and woken for
+			// Rung: the other lane is awake now, or has already run the add and parked
+			// again (it settles the add before it parks: read in this order).
+			rung := knit.StealAwake(p, other) || !f.Pending()
+			state := knit.StealState(p)
+			close(hook.release)
+			if !rung {
+				t.Errorf("an add waits and the free lane (consumer %d) is parked, not rung, while the claimant of the held call (consumer %d) was counted as looking for work: %s", other, c, state)
+				cancel() // the claimant then takes the add after the held call
+			}
+			if v, err := f.Wait(); err != nil || v != 5 {
+				t.Errorf("add: %d, %v", v, err)
+			}
+			cancel()
+			if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
+				t.Errorf("held call: %v", err)
+			}
+		})
+	}
+}
+
+// claimHook is a logger core that stops the first lane to claim from a shared ring inside
+// its claim (its "claimed" debug entry): it sends the lane's consumer id on claimed, then
+// waits for release. It drops every other entry.
+type claimHook struct {
+	claimed chan int
+	release chan struct{}
+	once    *sync.Once
+	fields  []zapcore.Field
+}
+
+func (h *claimHook) Enabled(zapcore.Level) bool { return true }
+func (h *claimHook) With(f []zapcore.Field) zapcore.Core {
+	return &claimHook{claimed: h.claimed, release: h.release, once: h.once, fields: append(h.fields[:len(h.fields):len(h.fields)], f...)}
+}
+func (h *claimHook) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == "claimed" && e.LoggerName == "knit.steal" {
+		return ce.AddCore(e, h)
+	}
+	return ce
+}
+func (h *claimHook) Write(_ zapcore.Entry, fs []zapcore.Field) error {
+	for _, f := range fs {
+		if f.Key == "consumer" {
+			first := false
+			h.once.Do(func() { first = true })
+			if first {
+				h.claimed <- int(f.Integer)
+				<-h.release
+			}
+		}
+	}
+	return nil
+}
+func (h *claimHook) Sync() error { return nil }

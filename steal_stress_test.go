@@ -448,3 +448,57 @@ func TestStealChaos(t *testing.T) {
 		})
 	}
 }
+
+// Issue 13's stuck call, as often as it can happen: stealing pools of 2 lanes without the
+// watchdog's backstop, many short rounds in which a call that does not end holds one lane
+// and a few adds follow it at once, so that the first add is published while the held
+// call's claimant may be between its claim and the held call's start. Every add must be
+// claimed by the other lane: before the fix, the host counted the claimant as a lane
+// looking for work and rang neither lane, and the add waited for ever (a goroutine lane)
+// or for a parked process lane's safety net (parkSafetyNet, 10 s: the adds here wait 5 s).
+func TestStealFreeLaneStress(t *testing.T) {
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		rounds, wait := stressCount(20000, 2000, 400, 600), 10*time.Second
+		if rt == knit.Process {
+			rounds, wait = stressCount(10000, 1000, 200, 600), 5*time.Second
+		}
+		for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+			t.Run(rt.String()+"/"+mode.String(), func(t *testing.T) {
+				freeLaneRounds(t, rt, mode, rounds, wait)
+			})
+		}
+	}
+}
+
+// freeLaneRounds is one pool of TestStealFreeLaneStress: rounds of a held call and 3 adds,
+// each of which must settle within wait.
+func freeLaneRounds(t *testing.T, rt knit.Runtime, mode knit.Steal, rounds int, wait time.Duration) {
+	p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: rt, Steal: mode, Logger: quiet()}, stealTasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { // bounded: a call left on the ring keeps Close waiting
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	}()
+	knit.StopStealBackstop(p)
+	for r := range rounds {
+		ctx, release := context.WithCancel(context.Background())
+		held := sleepy.Go(ctx, p, 0)
+		for i := range 3 {
+			actx, acancel := context.WithTimeout(context.Background(), wait) // longer: stuck
+			v, err := add.Call(actx, p, [2]int64{int64(r), int64(i)})
+			acancel()
+			if err != nil || v != int64(r+i) {
+				state := knit.StealState(p)
+				release()
+				t.Fatalf("round %d, add %d: %d, %v; %s", r, i, v, err, state)
+			}
+		}
+		release()
+		if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: held call: %v", r, err)
+		}
+	}
+}

@@ -87,6 +87,9 @@ func (e *Executor) Run() error {
 	// published before it saw the lane parked is either claimed here or by a peer. A lane
 	// that keeps losing claims to its peers runs out of spin and parks, as an idle private
 	// lane does, and the host rings it when more calls wait than awake lanes can take.
+	// Its running word says busy from before each claim until its batch has run, so the
+	// host never counts on a lane that holds claimed calls (docs/stealing.md, "Waking
+	// lanes").
 	var claimErr error
 	retry := false
 	ready := func() bool {
@@ -97,12 +100,23 @@ func (e *Executor) Run() error {
 			return false
 		}
 		if e.claimed == 0 && claimErr == nil && e.Steal.Pending() {
+			// Busy before the claim, idle again only if it took nothing: the host counts
+			// an awake lane that is not busy as one that will claim what it publishes, and
+			// a lane that has claimed claims nothing more until its batch ends (issue 13:
+			// counted between its claim and its first call, it left a call waiting).
+			e.running.Store(fastpath.RunningWord(e.last, true))
 			e.claimed, claimErr = e.claim()
-			// Calls still wait although the claim took none (a peer's handshake held
-			// them, or its claim took half): look again rather than park, or they could
-			// wait for a lane the host counted on. A lane that lost them all to a
-			// peer sees none and keeps its spin budget running out.
-			retry = e.claimed == 0 && claimErr == nil && e.Steal.Pending()
+			retry, e.busy = false, true
+			if e.claimed == 0 && claimErr == nil {
+				e.running.Store(fastpath.RunningWord(e.last, false))
+				e.busy = false
+				// Calls still wait although the claim took none (a peer's handshake held
+				// them, or its claim took half): look again rather than park, or they could
+				// wait for a lane the host counted on. A lane that lost them all to a
+				// peer sees none and keeps its spin budget running out. (Loaded after
+				// the store of idle: a host that read busy before it counted another lane.)
+				retry = e.Steal.Pending()
+			}
 		}
 		return e.claimed > 0 || claimErr != nil || retry
 	}
@@ -114,7 +128,9 @@ func (e *Executor) Run() error {
 	running := e.Region.Running()
 	e.running = running
 	for {
-		if e.busy { // between batches: the lane looks for work (a stealing host rings none)
+		// Between batches the lane looks for work (a stealing host rings none): idle, unless
+		// it still holds claimed calls (its own ring's calls ran first).
+		if e.busy && e.claimed == 0 {
 			running.Store(fastpath.RunningWord(e.last, false))
 			e.busy = false
 		}

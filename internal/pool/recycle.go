@@ -37,6 +37,9 @@ func (l *lane) Retire(hurry <-chan struct{}) bool {
 		l.Region().Open().Store(0) // a stealing lane claims no more from the shared ring
 	}
 	l.mu.Unlock()
+	if sh := l.p.shared; sh != nil && l.cid >= 0 {
+		sh.leaving() // calls it was counted for go to the other lanes
+	}
 	l.Debug("retiring: finishing held calls", zap.Int32("in_flight", l.inflight.Load()))
 wait:
 	for l.inflight.Load() > 0 {

@@ -231,9 +231,18 @@ func (s *shared) wake() {
 	}
 }
 
-// offer reports whether lane l will claim a call just published: it is awake and not
-// busy, or was woken and has not run yet, or it was parked and this rang it. A process
-// lane's region is read under its mu, which guards it against unmapping.
+// offer reports whether lane l will claim a call just published: it is awake, or was
+// parked and this rang it, and its running word says it is not busy. A process lane's
+// region is read under its mu, which guards it against unmapping.
+//
+// The running word is read last, after the publication and after the awake word: a lane
+// stores busy before it claims and idle again only after its batch ends or when its claim
+// took nothing (and then it looks at the ring again), so a lane read idle here still has
+// to load the ring after this call was published. A lane read busy may be one that has
+// claimed and not started yet: it claims nothing more until its batch ends, however long
+// that takes, so it is not counted, even when this rang it (issue 13: a lane counted
+// between its claim of a call that never ended and that call's start left another call
+// waiting while the other lane stayed parked).
 func (l *lane) offer() bool {
 	if l.reaper {
 		l.mu.Lock()
@@ -242,10 +251,10 @@ func (l *lane) offer() bool {
 			return false
 		}
 	}
-	if awake, woken := l.wake.Awake(); awake {
-		return woken || !fastpath.Busy(l.Region().Running().Load())
+	if awake, _ := l.wake.Awake(); !awake && !l.wake.Ring(l.laneBell) {
+		return false
 	}
-	return l.wake.Ring(l.laneBell)
+	return !fastpath.Busy(l.Region().Running().Load())
 }
 
 // needReaper and doneWaiting: a caller blocked on a shared call's result needs every
@@ -365,7 +374,17 @@ func (s *shared) recover(l *lane, e *lifecycle.Error, release bool) {
 	if s.host.Queued() > 0 { // recovery retired the slots the lane held
 		s.flush()
 	}
+	s.leaving()
 	s.p.callDone()
+}
+
+// leaving follows a lane that stopped claiming (retiring: its open word is cleared; dead:
+// recovered): a call published just before may have counted on it, so the lanes left are
+// woken for what still waits. (Its state, stored before, keeps wake from counting it.)
+func (s *shared) leaving() {
+	if s.prod.Waiting() > 0 { // reads shared words only: safe beside the producer
+		s.wake()
+	}
 }
 
 // close fails every call still on the ring or its backlog once the pool has stopped its

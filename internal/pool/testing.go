@@ -171,3 +171,28 @@ func StealState(p *Pool) string {
 	}
 	return out
 }
+
+// StopStealBackstop stops a stealing pool's watchdog, whose backstop rings parked lanes
+// while calls wait unclaimed: for a test that must show that no call waits for a lane
+// without it. (A goroutine pool runs the watchdog for that alone; a process pool loses its
+// liveness checks too.)
+func StopStealBackstop(p *Pool) {
+	if p.shared == nil || p.watchDone == nil {
+		panic("StopStealBackstop: not a stealing pool with a watchdog")
+	}
+	close(p.stopWatch)
+	<-p.watchDone
+	p.watchDone = nil
+}
+
+// StealAwake reports whether the lane with consumer id c of the pool's shared ring is awake
+// (running, polling or rung) as the host sees it; false too when no lane has that id.
+func StealAwake(p *Pool, c int) bool {
+	for i := range p.laneCount() {
+		if l := p.slots[i].cur.Load(); l != nil && l.cid == c {
+			a, _ := l.wake.Awake()
+			return a
+		}
+	}
+	return false
+}
