@@ -132,6 +132,12 @@ func (r *recoverer) step(m *mem, g *geom, h *host) bool {
 			r.fail("entry %d: slot %d named twice", r.k, slot)
 			return false
 		}
+		for _, prev := range r.calls[:r.k] {
+			if prev.Seq == seq { // one call in two slots: settling it twice would be worse
+				r.fail("entry %d: call %d named twice", r.k, seq)
+				return false
+			}
+		}
 		r.seen |= 1 << slot
 		r.calls[r.k] = Call{Slot: slot, Seq: seq}
 		r.st[r.k] = uint8(st)

@@ -327,6 +327,7 @@ func TestCorruptJournal(t *testing.T) {
 		{"unknown seq", journalWord(0, 1, phaseCommitted), []uint64{entryWord(99, 1, entryClaimed)}},
 		{"empty entry", journalWord(0, 1, phaseCommitted), []uint64{0}},
 		{"slot twice", journalWord(0, 2, phaseCommitted), []uint64{entryWord(1, 0, entryClaimed), entryWord(2, 0, entryClaimed)}},
+		{"call twice", journalWord(0, 2, phaseCommitted), []uint64{entryWord(2, 0, entryClaimed), entryWord(2, 1, entryStarted)}},
 	} {
 		r := newRing(t, Config{Consumers: 2, Discipline: Dekker})
 		p := r.Producer(nil)
