@@ -381,7 +381,7 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 	if cause == errHardTimeout {
 		// The call overran its hard timeout on this lane: the lane is killed (its other
 		// calls settle with WORKER_CRASHED) and the supervisor restarts it.
-		l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), t.def.Options().HardTimeout)})
+		l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), t.def.Options().HardTimeout)})
 		return
 	}
 	l.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)
@@ -397,7 +397,7 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 			}
 			l.drain()
 			if r.Gen.Load() == gen && r.Lane.Load() == key {
-				l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
+				l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
 			}
 		})
 	}
@@ -416,7 +416,7 @@ func (t *Task[In, Out]) expireShared(p *Pool, r *actors.Record[In, Out], cause e
 	hard := t.def.Options().HardTimeout
 	kill := func() {
 		if l := s.holder(seq); l != nil && l.reaper && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
-			l.kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
+			l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
 		}
 	}
 	s.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)

@@ -77,10 +77,6 @@ func (l *lane) bootRecord() lifecycle.Boot {
 	return boot
 }
 
-// kill ends the lane's incarnation (a process lane's whole process group); why says what the
-// host will report. A goroutine cannot be killed: callers only kill remote lanes.
-func (l *lane) kill(why lifecycle.Exit) { l.Kill(why) }
-
 // raiseAbort sets a call's abort bit and rings the lane's abort doorbell, if the bit still
 // belongs to the call and the region is still mapped.
 func (l *lane) raiseAbort(bit int32, fn, id uint32) {

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/knitgo/knit/actors"
-	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
@@ -106,7 +105,7 @@ func (t *laneTotal) fold() {
 			kept = append(kept, l)
 			continue
 		}
-		c := l.counters()
+		c := l.Counters()
 		t.completed += c.Completed
 		t.failed += c.Failed
 	}
@@ -280,10 +279,6 @@ func killReason(x lifecycle.Exit) string {
 	return "other"
 }
 
-// counters are what the lane's incarnation has counted: live from its region, or as they
-// were when its region was unmapped.
-func (l *lane) counters() fastpath.StatsSnapshot { return l.Counters() }
-
 // totalsOf fills ls's counters across incarnations.
 func (p *Pool) totalsOf(i int, ls *LaneStats) {
 	if p.obs == nil {
@@ -294,7 +289,7 @@ func (p *Pool) totalsOf(i int, ls *LaneStats) {
 	t.fold()
 	ls.TotalCompleted, ls.TotalFailed = t.completed, t.failed
 	for _, l := range t.live {
-		c := l.counters()
+		c := l.Counters()
 		ls.TotalCompleted += c.Completed
 		ls.TotalFailed += c.Failed
 	}

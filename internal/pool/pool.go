@@ -722,7 +722,7 @@ func (p *Pool) Stats() Stats {
 		// Between a new incarnation's booting and its ready, the lane pointer still names
 		// the old one: its PID and counters are not this incarnation's.
 		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.Inc == ls.Incarnation) {
-			st := l.counters()
+			st := l.Counters()
 			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.ring.Queued()), l.claimed.Load()
 			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.Run().PID()
 		}

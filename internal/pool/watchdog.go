@@ -84,7 +84,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 				}
 				if still := now.Sub(s.at); still >= p.cfg.Liveness {
 					l.Debug("heartbeat stood still: killing the lane", zap.Duration("still", still))
-					l.kill(lifecycle.Exit{Unresponsive: fmt.Sprintf("no heartbeat for %v", still.Round(time.Millisecond))})
+					l.Kill(lifecycle.Exit{Unresponsive: fmt.Sprintf("no heartbeat for %v", still.Round(time.Millisecond))})
 				}
 			}
 		}
