@@ -63,6 +63,11 @@ type Executor struct {
 	claimed int            // calls of the shared ring claimed and not run yet
 	sbatch  [fastpath.Slots]work
 	sinputs [fastpath.Slots][]byte
+	// awaitRoom's condition, kept here so that parking allocates nothing.
+	wake      *fastpath.Wake // the region's lane doorbell
+	roomReady func() bool
+	roomOf    *fastpath.Producer
+	roomSeen  uint32
 }
 
 // SharedResult marks a result slot's flags: the call came from the shared submit ring.
@@ -81,6 +86,7 @@ func (e *Executor) Run() error {
 	req := e.Region.Requests().Consumer()
 	e.ret, e.stats = e.Region.Returns().Producer(), e.Region.Stats()
 	wake, done, stop := e.Region.LaneWake(), e.Region.Returns().Completion(), e.Region.Stop()
+	e.wake = wake
 	open := e.Region.Open()
 	// A stealing lane has work when it has claimed some: it claims while it looks for work,
 	// and also once more after it has marked itself parked, so that a call the host
@@ -370,10 +376,20 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 	return out, o, nil
 }
 
+// roomPatience is how long a process lane with a full return ring yields before it parks.
+// A busy host drains the ring within it: parking sooner made saturated pools slower (a wake
+// syscall per burst on the host, which is the bottleneck, and the lane's wake-up latency;
+// docs/benchmarks.md, "A full return ring"). A host that has not drained for this long has
+// stalled (stopped, descheduled, in a long pause), and the lane stops burning a core on it.
+const roomPatience = time.Millisecond
+
 // reserve waits for a return slot and room for n bytes. The host drains results
-// independently of requests, so waiting here cannot deadlock.
+// independently of requests, so waiting here cannot deadlock. A process lane yields while it
+// waits, then parks until the host has retired results (Wake.ParkRoom): see roomPatience.
 func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
+	var since time.Duration // when this wait began (0: the ring was not full yet)
 	for {
+		seen := p.Retired()
 		if i, ok := p.Reserve(); ok {
 			if n == 0 { // a goroutine lane's result: its value is on the call's record
 				p.Empty(i)
@@ -386,6 +402,25 @@ func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 			p.Release(i)
 		}
 		e.signal()
-		e.yield()
+		if e.Local { // the lane's own drain (signal) has made room, unless another drainer holds it
+			e.yield()
+			continue
+		}
+		now := latency.Now()
+		if since == 0 {
+			since = now
+		}
+		if now-since < roomPatience {
+			e.yield()
+			continue
+		}
+		e.roomSeen, e.roomOf = seen, p
+		if e.roomReady == nil {
+			e.roomReady = e.hasRoom // bound once: a method value allocates
+		}
+		e.wake.ParkRoom(e.Lane, e.roomReady, e.Park)
+		since = 0
 	}
 }
+
+func (e *Executor) hasRoom() bool { return e.roomOf.Retired() != e.roomSeen }

@@ -133,6 +133,41 @@ func (w *Wake) Ring(bell Bell) bool {
 	return true
 }
 
+// waitRoom is the awake word of a lane parked until the host frees a slot of its return
+// ring (ParkRoom): it waits for the host to drain, not for calls, so Ring leaves it parked.
+const waitRoom = 3
+
+// ParkRoom is Park for a lane whose return ring is full: it sleeps until the consumer of
+// that ring rings RingRoom after retiring results, or until timeout, unless ready (room)
+// reports true after the awake word is set. Spinning there instead would take the core from
+// the very host that has to drain the ring. Ring does not wake it: calls published meanwhile
+// wait until the lane has room for their results anyway.
+func (w *Wake) ParkRoom(bell Bell, ready func() bool, timeout time.Duration) {
+	w.awake.Swap(waitRoom) // a full barrier before re-checking, as in Park
+
+	seen := w.counter.Load()
+	if !ready() {
+		bell.Wait(w.counter, seen, timeout)
+	}
+	w.awake.Store(1)
+}
+
+// WaitingForRoom reports whether the lane is parked in ParkRoom (or about to be).
+func (w *Wake) WaitingForRoom() bool { return w.awake.Load() == waitRoom }
+
+// RingRoom wakes a lane parked in ParkRoom; call it after retiring results (a store that
+// ParkRoom's ready observes). It costs one load when the lane is not parked for room.
+func (w *Wake) RingRoom(bell Bell) bool {
+	if w.awake.Load() != waitRoom || !w.awake.CompareAndSwap(waitRoom, rung) {
+		return false
+	}
+	if _, ok := bell.(*ChanBell); !ok {
+		w.counter.Add(1)
+	}
+	bell.Wake(w.counter)
+	return true
+}
+
 // Force bumps the counter and rings whatever the flag says (stop requests use it).
 func (w *Wake) Force(bell Bell) {
 	w.counter.Add(1)
