@@ -70,6 +70,11 @@ type Executor struct {
 	roomSeen  uint32
 }
 
+// contendedPark is how long a stealing lane sleeps at most while calls wait behind a
+// peer's claim handshake that has outlasted its retries (steal.Consumer.Contended): it looks
+// again at this pace until the peer lets go, and the host rings it as usual.
+const contendedPark = time.Millisecond
+
 // SharedResult marks a result slot's flags: the call came from the shared submit ring.
 const SharedResult uint32 = 1 << 31
 
@@ -121,7 +126,9 @@ func (e *Executor) Run() error {
 				// wait for a lane the host counted on. A lane that lost them all to a
 				// peer sees none and keeps its spin budget running out. (Loaded after
 				// the store of idle: a host that read busy before it counted another lane.)
-				retry = e.Steal.Pending()
+				// A peer that holds them through many retries is descheduled, stopped or
+				// dead: the lane then parks, for contendedPark at most (steal.Contended).
+				retry = e.Steal.Pending() && !e.Steal.Contended()
 			}
 		}
 		return e.claimed > 0 || claimErr != nil || retry
@@ -141,11 +148,15 @@ func (e *Executor) Run() error {
 			e.busy = false
 		}
 		if !spin.Until(ready) {
+			timeout := e.Park
+			if e.Steal != nil && e.Steal.Contended() {
+				timeout = contendedPark
+			}
 			if e.Spin <= 0 {
-				wake.Park(e.Lane, ready, e.Park)
+				wake.Park(e.Lane, ready, timeout)
 			} else {
 				parked := time.Now()
-				wake.Park(e.Lane, ready, e.Park)
+				wake.Park(e.Lane, ready, timeout)
 				spin.Parked(time.Since(parked))
 			}
 		}

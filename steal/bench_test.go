@@ -139,8 +139,8 @@ func TestClaimDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// TestDebugLog: with the steal namespace on, claims (with their batch size) and journal
-// recoveries are logged under knit.steal.
+// TestDebugLog: with the steal namespace on, claims (with their batch size, once released)
+// and journal recoveries are logged under knit.steal.
 func TestDebugLog(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	root := logging.New(zap.New(core), 0)
@@ -154,6 +154,10 @@ func TestDebugLog(t *testing.T) {
 	if n, _ := c.Claim(); n != 3 {
 		t.Fatalf("claimed %d", n)
 	}
+	if len(logs.FilterMessage("claimed").All()) != 0 {
+		t.Fatal("a claim logged before its release: a slow logger would hold the handshake")
+	}
+	c.Release()
 	if _, err := p.Recover(0); err != nil {
 		t.Fatal(err)
 	}

@@ -196,6 +196,8 @@ type Consumer struct {
 	order [maxBatch]uint8
 	state [maxBatch]uint8
 	log   *zap.Logger
+	// fruitless counts claims in a row that took nothing while calls waited (Contended).
+	fruitless int
 }
 
 // Consumer returns consumer id's side (0 ≤ id < Consumers). log is knit's root logger (nil:
@@ -240,22 +242,24 @@ func (c *Consumer) Claim() (int, error) {
 				spin.Pause()
 			}
 		case none:
+			if c.Pending() {
+				c.fruitless++
+			} else {
+				c.fruitless = 0
+			}
 			return 0, nil
 		case exhausted:
 			return 0, ErrExhausted
 		case committed:
 			c.n = int(c.cl.n)
 			c.held = true
+			c.fruitless = 0
 			for k := range c.n {
 				c.order[k] = uint8(k)
 				c.state[k] = entryClaimed
 			}
 			if g.disc == Dekker { // journal order is slot order: run in publication order
 				c.sortBySeq()
-			}
-			if ce := logging.Debug(c.log, "claimed"); ce != nil {
-				ce.Write(zap.Int("consumer", c.id), zap.Int("batch", c.n), zap.Stringer("discipline", g.disc),
-					zap.Uint64("first_seq", c.cl.seqs[c.order[0]]))
 			}
 			return c.n, nil
 		default: // released cannot come before committed
@@ -297,7 +301,23 @@ func (c *Consumer) Release() {
 	c.held = false
 	for c.cl.step(&c.m, &c.r.g, c.id, false) == running {
 	}
+	// Logged once the handshake is over: a slow logger must not hold a region's WANT.
+	if ce := logging.Debug(c.log, "claimed"); ce != nil {
+		ce.Write(zap.Int("consumer", c.id), zap.Int("batch", c.n), zap.Stringer("discipline", c.r.g.disc),
+			zap.Uint64("first_seq", c.cl.seqs[c.order[0]]))
+	}
 }
+
+// contendedAfter is how many claims in a row must find calls waiting and take none before a
+// consumer counts as contended.
+const contendedAfter = 64
+
+// Contended reports whether the consumer's last contendedAfter claims found calls waiting
+// and took none: under Dekker a peer holds their region's handshake and has not let go
+// through all those retries (it is descheduled, stopped or dead). A lane then stops retrying
+// at once and polls at a slow pace until the peer lets go or the host recovers it, rather
+// than burn a core. A claim that takes calls, or finds none waiting, ends it.
+func (c *Consumer) Contended() bool { return c.fruitless >= contendedAfter }
 
 // Start journals that the k-th call is about to run; it releases the batch first if the
 // consumer has not.
@@ -347,7 +367,14 @@ func (p *Producer) Holder(seq uint64) (consumer int, ok bool) {
 // of. It reads shared words only.
 func (p *Producer) Waiting() int {
 	if p.r.g.disc == Ticket {
-		return int(min(p.m.load(idTail)-headTicket(p.m.load(idHead)), Slots))
+		// The head first: it never passes the tail, which only grows, so the difference
+		// cannot wrap (read the other way round, a claim between the loads made it huge).
+		head := headTicket(p.m.load(idHead))
+		tail := p.m.load(idTail)
+		if tail < head { // a head no valid claim wrote
+			return 0
+		}
+		return int(min(tail-head, Slots))
 	}
 	return bits.OnesCount64(p.m.load(idH) ^ p.m.load(idW))
 }

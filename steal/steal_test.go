@@ -284,6 +284,66 @@ func TestDeadJuniorDoesNotBlock(t *testing.T) {
 	}
 }
 
+// TestContendedPeer: a consumer whose claims keep finding calls held by a peer's handshake
+// (a junior that raised WANT and stopped) becomes Contended after contendedAfter claims, so
+// that its lane parks instead of retrying without end; it stops being contended once it
+// claims again. Nothing waiting is not contention.
+func TestContendedPeer(t *testing.T) {
+	r := newRing(t, Config{Consumers: 2, Discipline: Dekker, Width: 8})
+	p := r.Producer(nil)
+	senior := consumer(t, r, 0)
+	for range 2 * contendedAfter {
+		if n, err := senior.Claim(); n != 0 || err != nil {
+			t.Fatalf("claimed %d, %v from an empty ring", n, err)
+		}
+	}
+	if senior.Contended() {
+		t.Fatal("contended with nothing waiting")
+	}
+	publish(t, p, 0, 1)
+	junior := consumer(t, r, 1)
+	junior.cl.begin(&r.g)
+	for junior.cl.pc != dSenior { // raise WANT, then stop
+		junior.cl.step(&junior.m, &r.g, 1, false)
+	}
+	for i := range contendedAfter {
+		if senior.Contended() {
+			t.Fatalf("contended after %d fruitless claims, want %d", i, contendedAfter)
+		}
+		if n, err := senior.Claim(); n != 0 || err != nil {
+			t.Fatalf("senior claimed %d, %v past a junior holding the region", n, err)
+		}
+	}
+	if !senior.Contended() {
+		t.Fatalf("not contended after %d fruitless claims", contendedAfter)
+	}
+	if _, err := p.Recover(1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := senior.Claim(); n != 1 || err != nil {
+		t.Fatalf("after recovery the senior claimed %d, %v", n, err)
+	}
+	if senior.Contended() {
+		t.Fatal("still contended after a claim that took a call")
+	}
+}
+
+// TestWaitingNeverWraps: a ticket head beyond the tail (no valid claim writes one; a claim
+// between Waiting's two loads could make it look so) counts as nothing waiting, not a ring
+// full of calls.
+func TestWaitingNeverWraps(t *testing.T) {
+	r := newRing(t, Config{Consumers: 2, Discipline: Ticket})
+	p := r.Producer(nil)
+	publish(t, p, 0, 3)
+	if w := p.Waiting(); w != 3 {
+		t.Fatalf("waiting %d, want 3", w)
+	}
+	p.m.store(idHead, headWord(5, 2, 1))
+	if w := p.Waiting(); w != 0 {
+		t.Fatalf("waiting %d with the head past the tail, want 0", w)
+	}
+}
+
 // TestTicketTakenNotRecorded: a consumer whose head CAS won dies before journaling the
 // batch; whether a successor moved the head past it or not, Recover returns the batch.
 func TestTicketTakenNotRecorded(t *testing.T) {
