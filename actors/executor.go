@@ -20,13 +20,14 @@ type Executor struct {
 	Region *fastpath.Region
 	Lane   fastpath.Bell // the bell the lane parks on (rung for calls and stop requests)
 	Done   fastpath.Bell // the completion doorbell the host may sleep on (nil: never rung)
-	// Host, if set, is the host end of the lane's rings, which the lane drains right after
-	// each publish (HostRing.Drain). In-process lanes use it: the lane goroutine hands the
-	// result to its caller itself, which keeps a call on one core and needs no wake-up of a
-	// third goroutine. It is called directly, not through a function value: a closure and
-	// the owner's wrapper around Drain were two calls more on every call's path.
+	// Host, if set on an in-process (Local) lane, is the host end of the lane's rings: the
+	// lane settles each result through it right after the call ran (HostRing.SettleLocal),
+	// without publishing it on the return ring. The lane goroutine hands the result to its
+	// caller itself, which keeps a call on one core and needs no wake-up of a third
+	// goroutine. It is called directly, not through a function value: a closure and the
+	// owner's wrapper were two calls more on every call's path.
 	Host *HostRing
-	// Corrupt is told when a result Host drains breaks the protocol: the lane must die.
+	// Corrupt is told when a result Host settles breaks the protocol: the lane must die.
 	Corrupt func(error)
 	Spin    time.Duration // spin budget before parking
 	Park    time.Duration // safety-net timeout of a park (0: none)
@@ -259,6 +260,14 @@ func (e *Executor) run(w work, input []byte, flags uint32) error {
 	} else {
 		e.stats.Failed.Add(1)
 	}
+	if e.Local && e.Host != nil {
+		// In-process: the result is settled here and now, as a drain of the return ring
+		// would settle it, without a trip through the ring.
+		if err := e.Host.SettleLocal(w.fn, w.id, w.gen, o, flags&SharedResult != 0, ran); err != nil {
+			e.Corrupt(err)
+		}
+		return nil
+	}
 	ret := e.ret
 	j, buf := e.reserve(ret, len(out))
 	copy(buf, out)
@@ -331,15 +340,10 @@ func (e *Executor) yield() {
 	}
 }
 
-// signal lets the host know results are waiting: a goroutine lane settles them itself, a
-// process lane rings the completion doorbell if the host sleeps on it.
+// signal lets the host know results are waiting on the return ring: it rings the completion
+// doorbell if the host sleeps on it.
 func (e *Executor) signal() {
-	switch {
-	case e.Host != nil:
-		if _, err := e.Host.Drain(); err != nil {
-			e.Corrupt(err)
-		}
-	case e.Done != nil: // nil: never rung, even when the host has armed the doorbell
+	if e.Done != nil { // nil: never rung, even when the host has armed the doorbell
 		e.Region.Returns().Completion().Signal(e.Done)
 	}
 }
@@ -413,7 +417,7 @@ func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 			p.Release(i)
 		}
 		e.signal()
-		if e.Local { // the lane's own drain (signal) has made room, unless another drainer holds it
+		if e.Local { // its host drains in the same process: let it run
 			e.yield()
 			continue
 		}

@@ -822,8 +822,8 @@ func (s *executorSettler) SettleResult(r Result) error {
 	return r.Def.SettleResult(s.owner, r.Key, r.ID, r.Gen, r.Outcome, r.Payload, true, r.Ran, testWrapper{})
 }
 
-// A goroutine lane settles its results itself (Host) right after each publish: calls
-// settle with nobody reading the return ring.
+// A goroutine lane settles its results itself (Host) right after each call: calls settle
+// with nobody reading the return ring, and none is published on it.
 func TestExecutorDrain(t *testing.T) {
 	var ran atomic.Int32
 	task := defineTest(t, func(ctx context.Context, n int) (int, error) {
@@ -865,5 +865,8 @@ func TestExecutorDrain(t *testing.T) {
 	}
 	if n := settler.settled.Load(); n != 5 {
 		t.Fatalf("%d results settled, want 5", n)
+	}
+	if h.ret.Poll() != 0 {
+		t.Fatalf("results published on the return ring: %#x", h.ret.Poll())
 	}
 }

@@ -478,6 +478,44 @@ func (r *HostRing) Drain() (settled int, err error) {
 	}
 }
 
+// SettleLocal settles the result of a call an in-process lane has just run (its value is on
+// the call's record), as Drain settles one read off the return ring, without the trip
+// through the ring; the lane goroutine calls it. Once the ring is fenced (the lane was
+// abandoned, and its calls settled without it) nothing is settled.
+func (r *HostRing) SettleLocal(fn, id, gen uint32, o Outcome, shared bool, ran uint64) error {
+	for !r.draining.CompareAndSwap(false, true) { // a Fence or a drain of older results
+		runtime.Gosched()
+	}
+	if r.fenced.Load() {
+		r.draining.Store(false)
+		return nil
+	}
+	var err error
+	from := r
+	switch {
+	case int(fn) >= len(r.tasks) || r.tasks[fn] == nil:
+		err = fmt.Errorf("%w: result for function %d", fastpath.ErrCorrupt, fn)
+	case shared && r.shared == nil:
+		err = fmt.Errorf("%w: %w", fastpath.ErrCorrupt, errNotShared)
+	default:
+		if shared {
+			from = r.shared
+		}
+		err = r.settle.SettleResult(Result{Def: r.tasks[fn], Key: from.key, Shared: shared, ID: id, Gen: gen, Outcome: o, Ran: ran})
+	}
+	r.draining.Store(false)
+	if err != nil {
+		return err
+	}
+	if r.queued.Load() > 0 {
+		r.Flush()
+	}
+	if sh := r.shared; sh != nil && sh.queued.Load() > 0 {
+		sh.Flush()
+	}
+	return nil
+}
+
 // Waiting reports whether results wait on the return ring. Safe beside a drainer.
 func (r *HostRing) Waiting() bool { return r.ret.Peek() != 0 }
 

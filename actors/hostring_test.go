@@ -264,6 +264,47 @@ func TestHostRingDrainSettles(t *testing.T) {
 	}
 }
 
+// SettleLocal hands an in-process lane's result to the owner as Drain would, moves backlog
+// calls into the slots the lane freed, refuses a result it cannot attribute, and settles
+// nothing once the ring is fenced (an abandoned lane that finishes late).
+func TestHostRingSettleLocal(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	tr := newTestRing(t, served(task), nil)
+	for k := range fastpath.Slots + 1 {
+		c, _ := ringCall(t, task, context.Background(), k)
+		if _, err := tr.Submit(&c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slots := tr.take(t)
+	s := slots[0]
+	if err := tr.SettleLocal(s.fn, s.id, s.gen, OK, false, 9); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.owner.settled; len(got) != 1 || got[0].Def != task || got[0].Key != testRingKey || got[0].Shared ||
+		got[0].ID != s.id || got[0].Gen != s.gen || got[0].Outcome != OK || got[0].Ran != 9 || got[0].Payload != nil {
+		t.Fatalf("settled %+v", got)
+	}
+	if got := len(tr.take(t)); got != 1 || tr.Queued() != 0 {
+		t.Fatalf("SettleLocal moved %d backlog calls to the freed slots (%d still queued), want 1", got, tr.Queued())
+	}
+	if tr.Waiting() {
+		t.Fatal("a local result was published on the return ring")
+	}
+	for _, bad := range []struct {
+		fn     uint32
+		shared bool
+	}{{fn: 99}, {fn: s.fn, shared: true}} {
+		if err := tr.SettleLocal(bad.fn, s.id, s.gen, OK, bad.shared, 0); !errors.Is(err, fastpath.ErrCorrupt) {
+			t.Errorf("result for function %d, shared %v: %v, want ErrCorrupt", bad.fn, bad.shared, err)
+		}
+	}
+	tr.Fence(false)
+	if err := tr.SettleLocal(slots[1].fn, slots[1].id, slots[1].gen, OK, false, 0); err != nil || len(tr.owner.settled) != 1 {
+		t.Fatalf("SettleLocal after Fence: %v; %d settled, want 1", err, len(tr.owner.settled))
+	}
+}
+
 // A result that breaks the protocol is an error wrapping fastpath.ErrCorrupt, never a
 // panic, and settles nothing.
 func TestHostRingCorruptResult(t *testing.T) {
