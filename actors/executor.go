@@ -402,40 +402,62 @@ const roomPatience = time.Millisecond
 // independently of requests, so waiting here cannot deadlock. A process lane yields while it
 // waits, then parks until the host has retired results (Wake.ParkRoom): see roomPatience.
 func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
-	var since time.Duration // when this wait began (0: the ring was not full yet)
+	var since time.Duration // when the wait began (0: the ring was not full yet)
 	for {
-		seen := p.Retired()
-		if i, ok := p.Reserve(); ok {
-			if n == 0 { // a goroutine lane's result: its value is on the call's record
-				p.Empty(i)
-				return i, nil
-			}
-			buf, err := p.Put(i, n)
-			if err == nil {
-				return i, buf
-			}
-			p.Release(i)
+		if i, buf, ok := tryReserve(p, n); ok {
+			return i, buf
 		}
-		e.signal()
-		if e.Local { // its host drains in the same process: let it run
-			e.yield()
-			continue
-		}
-		now := latency.Now()
-		if since == 0 {
-			since = now
-		}
-		if now-since < roomPatience {
-			e.yield()
-			continue
-		}
-		e.roomSeen, e.roomOf = seen, p
-		if e.roomReady == nil {
-			e.roomReady = e.hasRoom // bound once: a method value allocates
-		}
-		e.wake.ParkRoom(e.Lane, e.roomReady, e.Park)
-		since = 0
+		since = e.waitRoom(p, since)
 	}
+}
+
+// waitRoom is one round of reserve's wait, kept out of its loop (the path of every result):
+// it lets the host know, yields, and once roomPatience has passed parks until the host
+// retires results. It returns when the wait began, or 0 after a park.
+func (e *Executor) waitRoom(p *fastpath.Producer, since time.Duration) time.Duration {
+	e.signal()
+	if e.Local { // its host drains in the same process: let it run
+		e.yield()
+		return 0
+	}
+	now := latency.Now()
+	if since == 0 {
+		since, e.roomOf = now, nil
+	}
+	if now-since < roomPatience {
+		e.yield()
+		return since
+	}
+	if e.roomOf == nil {
+		// The host's retire word is read here, not on every result (its cache line would
+		// move between the cores on each): reserve looks once more with what it shows, and
+		// a retire after it wakes the park.
+		e.roomSeen, e.roomOf = p.Retired(), p
+		return since
+	}
+	if e.roomReady == nil {
+		e.roomReady = e.hasRoom // bound once: a method value allocates
+	}
+	e.wake.ParkRoom(e.Lane, e.roomReady, e.Park)
+	return 0
+}
+
+// tryReserve reserves a return slot with room for n bytes, if there is one.
+func tryReserve(p *fastpath.Producer, n int) (int, []byte, bool) {
+	i, ok := p.Reserve()
+	if !ok {
+		return 0, nil, false
+	}
+	if n == 0 { // a goroutine lane's result: its value is on the call's record
+		p.Empty(i)
+		return i, nil, true
+	}
+	buf, err := p.Put(i, n)
+	if err != nil {
+		p.Release(i)
+		return 0, nil, false
+	}
+	return i, buf, true
 }
 
 func (e *Executor) hasRoom() bool { return e.roomOf.Retired() != e.roomSeen }

@@ -309,9 +309,12 @@ func (p *Producer) Release(i int) {
 // consumer; the answer is a hint (the consumer may be retiring the slot as it is read).
 func (r Ring) Unread() bool { return r.prodWord().Load() != r.consWord().Load() }
 
-// Retired is the consumer's retire word as it stands: a producer that found the ring full
-// waits for it to change.
-func (p *Producer) Retired() uint32 { return p.cons.Load() }
+// Retired reloads the consumer's retire word and returns it: a producer that found the
+// ring full waits for it to change. Reserve and Put see what it loaded.
+func (p *Producer) Retired() uint32 {
+	p.shadow = p.cons.Load()
+	return p.shadow
+}
 
 // Pending reports how many slots are in flight as far as the producer knows.
 func (p *Producer) Pending() int { return bits.OnesCount32(p.local ^ p.shadow) }
