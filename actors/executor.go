@@ -391,16 +391,19 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 	return out, o, nil
 }
 
-// roomPatience is how long a process lane with a full return ring yields before it parks.
-// A busy host drains the ring within it: parking sooner made saturated pools slower (a wake
-// syscall per burst on the host, which is the bottleneck, and the lane's wake-up latency;
-// docs/benchmarks.md, "A full return ring"). A host that has not drained for this long has
-// stalled (stopped, descheduled, in a long pause), and the lane stops burning a core on it.
-const roomPatience = time.Millisecond
+// Waiting for room on a full return ring. A process lane yields for roomPatience: a busy
+// host drains the ring within it, and parking sooner made saturated pools slower (a wake-up
+// per burst on the host, which is the bottleneck, and the lane's wake-up latency;
+// docs/benchmarks.md, "A full return ring"). A host that has not drained for that long has
+// stalled (stopped, descheduled, in a long pause): the lane then stops burning a core on it
+// and looks again every roomPoll (nobody rings it: see fastpath.Wake.ParkRoom).
+const (
+	roomPatience = time.Millisecond
+	roomPoll     = time.Millisecond
+)
 
 // reserve waits for a return slot and room for n bytes. The host drains results
-// independently of requests, so waiting here cannot deadlock. A process lane yields while it
-// waits, then parks until the host has retired results (Wake.ParkRoom): see roomPatience.
+// independently of requests, so waiting here cannot deadlock.
 func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 	var since time.Duration // when the wait began (0: the ring was not full yet)
 	for {
@@ -412,8 +415,8 @@ func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
 }
 
 // waitRoom is one round of reserve's wait, kept out of its loop (the path of every result):
-// it lets the host know, yields, and once roomPatience has passed parks until the host
-// retires results. It returns when the wait began, or 0 after a park.
+// it lets the host know, yields, and once roomPatience has passed parks for roomPoll. It
+// returns when the wait began, or 0 after a park.
 func (e *Executor) waitRoom(p *fastpath.Producer, since time.Duration) time.Duration {
 	e.signal()
 	if e.Local { // its host drains in the same process: let it run
@@ -431,14 +434,14 @@ func (e *Executor) waitRoom(p *fastpath.Producer, since time.Duration) time.Dura
 	if e.roomOf == nil {
 		// The host's retire word is read here, not on every result (its cache line would
 		// move between the cores on each): reserve looks once more with what it shows, and
-		// a retire after it wakes the park.
+		// a retire after it ends the park.
 		e.roomSeen, e.roomOf = p.Retired(), p
 		return since
 	}
 	if e.roomReady == nil {
 		e.roomReady = e.hasRoom // bound once: a method value allocates
 	}
-	e.wake.ParkRoom(e.Lane, e.roomReady, e.Park)
+	e.wake.ParkRoom(e.Lane, e.roomReady, roomPoll)
 	return 0
 }
 

@@ -168,7 +168,6 @@ func (h *testHost) receive(n int) []result {
 				o: Outcome(s.Flags()), payload: bytes.Clone(p)})
 		}
 		h.ret.Retire(pending)
-		h.wake.RingRoom(h.lane) // as the host's drain does (HostRing.Drain)
 	}
 	if len(got) > n {
 		h.t.Fatalf("%d results, want %d", len(got), n)
@@ -779,9 +778,9 @@ func TestExecutorWaitsForFullReturnRing(t *testing.T) {
 	h.stopAndWait()
 }
 
-// A process lane whose return ring is full parks until the host retires results and rings
-// it (fastpath.Wake.ParkRoom, RingRoom), instead of spinning on the core the host needs to
-// drain the ring; it then goes on, and no result is lost or reordered.
+// A process lane whose return ring stays full parks (fastpath.Wake.ParkRoom) instead of
+// spinning on a core while the host does not drain; once the host drains, it goes on, and
+// no result is lost or reordered.
 func TestExecutorParksOnFullReturnRing(t *testing.T) {
 	task := defineTest(t, double, Options{})
 	h := startExecutor(t, fastpath.Layout{Arena: 4096, AbortBits: 1}, []Def{task}, nil)
@@ -797,7 +796,7 @@ func TestExecutorParksOnFullReturnRing(t *testing.T) {
 	if c := h.region.Stats().Snapshot().Completed; c != fastpath.Slots+1 {
 		t.Fatalf("%d calls ran before the lane parked, want %d", c, fastpath.Slots+1)
 	}
-	got := h.receive(calls) // retires each burst and rings the lane, as HostRing.Drain does
+	got := h.receive(calls)
 	for k, res := range got {
 		if out, err := task.OutCdc.Decode(res.payload); res.o != OK || err != nil || out != 2*k {
 			t.Fatalf("result %d: %v %v %v, want %d", k, res.o, out, err, 2*k)

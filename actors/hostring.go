@@ -70,9 +70,6 @@ type RingOwner interface {
 	// AbortRaised wakes the abort watchers of every lane that may run a call whose abort bit
 	// was just raised. The mutex is held.
 	AbortRaised()
-	// Retired wakes a lane parked until its return ring has room (fastpath.Wake.ParkRoom):
-	// a drain of a lane in another process retired results. The mutex is not held.
-	Retired()
 }
 
 // Result is a result slot as the lane published it, read and checked: its task is served
@@ -460,9 +457,6 @@ func (r *HostRing) Drain() (settled int, err error) {
 		}
 		r.ret.Retire(pending)
 		r.draining.Store(false)
-		if r.remote {
-			r.owner.Retired()
-		}
 		if err != nil {
 			return settled, err
 		}

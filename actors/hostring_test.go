@@ -20,7 +20,6 @@ import (
 type ringOwner struct {
 	admit                       error
 	accepted, published, raised int
-	retired                     int
 	settled                     []Result
 	settle                      func(Result) error // nil: record and accept every result
 }
@@ -29,7 +28,6 @@ func (o *ringOwner) Admit() error { return o.admit }
 func (o *ringOwner) Accept()      { o.accepted++ }
 func (o *ringOwner) Published()   { o.published++ }
 func (o *ringOwner) AbortRaised() { o.raised++ }
-func (o *ringOwner) Retired()     { o.retired++ }
 func (o *ringOwner) SettleResult(r Result) error {
 	r.Payload = bytes.Clone(r.Payload)
 	o.settled = append(o.settled, r)

@@ -137,11 +137,11 @@ func (w *Wake) Ring(bell Bell) bool {
 // ring (ParkRoom): it waits for the host to drain, not for calls, so Ring leaves it parked.
 const waitRoom = 3
 
-// ParkRoom is Park for a lane whose return ring is full: it sleeps until the consumer of
-// that ring rings RingRoom after retiring results, or until timeout, unless ready (room)
-// reports true after the awake word is set. Spinning there instead would take the core from
-// the very host that has to drain the ring. Ring does not wake it: calls published meanwhile
-// wait until the lane has room for their results anyway.
+// ParkRoom is Park for a lane whose return ring is full: it sleeps for timeout (it must be
+// positive), or until a Force, unless ready (room) reports true after the awake word is set.
+// Nobody rings it when room appears: the host would have to read the lane's awake word on
+// every drain, which cost a process-lane call about a fifth (docs/benchmarks.md), for a wait
+// that happens only when the host has stalled. The lane polls instead.
 func (w *Wake) ParkRoom(bell Bell, ready func() bool, timeout time.Duration) {
 	w.awake.Swap(waitRoom) // a full barrier before re-checking, as in Park
 
@@ -154,19 +154,6 @@ func (w *Wake) ParkRoom(bell Bell, ready func() bool, timeout time.Duration) {
 
 // WaitingForRoom reports whether the lane is parked in ParkRoom (or about to be).
 func (w *Wake) WaitingForRoom() bool { return w.awake.Load() == waitRoom }
-
-// RingRoom wakes a lane parked in ParkRoom; call it after retiring results (a store that
-// ParkRoom's ready observes). It costs one load when the lane is not parked for room.
-func (w *Wake) RingRoom(bell Bell) bool {
-	if w.awake.Load() != waitRoom || !w.awake.CompareAndSwap(waitRoom, rung) {
-		return false
-	}
-	if _, ok := bell.(*ChanBell); !ok {
-		w.counter.Add(1)
-	}
-	bell.Wake(w.counter)
-	return true
-}
 
 // Force bumps the counter and rings whatever the flag says (stop requests use it).
 func (w *Wake) Force(bell Bell) {

@@ -38,9 +38,9 @@ func TestChanBellRingBetweenCheckAndWait(t *testing.T) {
 	}
 }
 
-// TestParkRoom: a lane parked for room on its return ring is woken by RingRoom, also when
-// the host retires and rings between the lane's check and its wait, and not by Ring (calls
-// published meanwhile wait until it has room for their results).
+// TestParkRoom: a lane parked for room on its return ring is not woken by Ring (calls
+// published meanwhile wait until it has room for their results): it sleeps out its timeout,
+// or until a Force (a stop request).
 func TestParkRoom(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -50,31 +50,26 @@ func TestParkRoom(t *testing.T) {
 			r := newTestRegion(t, Layout{Arena: 4096})
 			w := r.LaneWake()
 			w.SetAwake()
-			if w.RingRoom(tc.bell) || w.WaitingForRoom() {
-				t.Fatal("RingRoom rang a lane that is not parked for room")
+			if w.WaitingForRoom() {
+				t.Fatal("an awake lane looks parked for room")
 			}
-			for round := range 200 {
-				var work, room bool
-				parked := make(chan struct{})
-				go func() {
-					defer close(parked)
-					w.ParkRoom(tc.bell, func() bool {
-						work = w.Ring(tc.bell)
-						room = w.WaitingForRoom() && w.RingRoom(tc.bell)
-						return false
-					}, 0)
-				}()
-				select {
-				case <-parked:
-				case <-time.After(time.Minute):
-					t.Fatalf("round %d: ParkRoom missed a RingRoom made between its check and its wait", round)
-				}
-				if work || !room {
-					t.Fatalf("round %d: Ring woke the lane: %v; RingRoom woke it: %v", round, work, room)
-				}
-				if w.WaitingForRoom() {
-					t.Fatalf("round %d: the lane still looks parked for room after it woke", round)
-				}
+			var work, waiting bool
+			w.ParkRoom(tc.bell, func() bool {
+				work, waiting = w.Ring(tc.bell), w.WaitingForRoom()
+				return false
+			}, time.Millisecond)
+			if work || !waiting || w.WaitingForRoom() {
+				t.Fatalf("Ring woke a lane parked for room: %v; it looked parked: %v; after: %v", work, waiting, w.WaitingForRoom())
+			}
+			forced := make(chan struct{})
+			go func() {
+				defer close(forced)
+				w.ParkRoom(tc.bell, func() bool { w.Force(tc.bell); return false }, time.Hour)
+			}()
+			select {
+			case <-forced:
+			case <-time.After(time.Minute):
+				t.Fatal("a Force between the check and the wait did not wake a lane parked for room")
 			}
 		})
 	}

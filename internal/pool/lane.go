@@ -166,9 +166,6 @@ func (l *lane) Accept() {
 // Published implements actors.RingOwner.
 func (l *lane) Published() { l.wake.Ring(l.laneBell) }
 
-// Retired implements actors.RingOwner.
-func (l *lane) Retired() { l.wake.RingRoom(l.laneBell) }
-
 var errLaneGone = errors.New("lane not ready")
 
 // flush moves backlog calls into free slots.

@@ -211,9 +211,6 @@ func (s *shared) Accept() {}
 // Published implements actors.RingOwner.
 func (s *shared) Published() { s.wake() }
 
-// Retired implements actors.RingOwner: results come back on the lanes' own rings.
-func (s *shared) Retired() {}
-
 // flush moves backlog calls into slots the lanes have freed.
 func (s *shared) flush() { s.host.Flush() }
 

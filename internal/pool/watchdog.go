@@ -101,8 +101,7 @@ func (l *lane) heartbeat() (uint32, bool) {
 	return l.Region().Heartbeat().Load(), true
 }
 
-// ringStalled rings a process lane that is parked while calls wait in its ring, or parked
-// for room on a return ring the host has emptied (fastpath.Wake.ParkRoom). The doorbell
+// ringStalled rings a process lane that is parked while calls wait in its ring. The doorbell
 // protocol loses no wake; this is the backstop that lets the lane's park safety net be long
 // (parkSafetyNet), because an idle lane woken by that timer costs CPU. A false alarm (the
 // lane retiring the last slot as it is read) costs one spurious wake-up.
@@ -114,8 +113,5 @@ func (l *lane) ringStalled() {
 	}
 	if awake, _ := l.wake.Awake(); !awake && l.Region().Requests().Unread() {
 		l.wake.Ring(l.laneBell)
-	}
-	if !l.Region().Returns().Unread() { // a lane parked for room that every result has left
-		l.wake.RingRoom(l.laneBell)
 	}
 }
