@@ -64,7 +64,7 @@ type Executor struct {
 	claimed int            // calls of the shared ring claimed and not run yet
 	sbatch  [fastpath.Slots]work
 	sinputs [fastpath.Slots][]byte
-	// awaitRoom's condition, kept here so that parking allocates nothing.
+	// waitRoom's state, kept here so that parking allocates nothing.
 	wake      *fastpath.Wake // the region's lane doorbell
 	roomReady func() bool
 	roomOf    *fastpath.Producer
