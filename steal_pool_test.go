@@ -108,10 +108,12 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 						t.Fatalf("add %d: %d, %v; %s", i, v, err, knit.StealState(p))
 					}
 				}
+				holding(t, p, 1, "the busy call") // it may share a batch with adds whose finish lags
 				cancel()
 				if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
 					t.Errorf("held call: %v", err)
 				}
+				holding(t, p, 0, "the cancelled call's end")
 				var claimed uint64
 				for _, l := range p.Stats().Lanes {
 					claimed += l.Claimed
@@ -121,6 +123,26 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// holding waits until the lanes' journals hold n shared calls in all (LaneStats.Holding),
+// for at most 10 s: a lane's journal lags the result it sent by a few instructions.
+func holding(t *testing.T, p *knit.Pool, n int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sum := 0
+		for _, l := range p.Stats().Lanes {
+			sum += l.Holding
+		}
+		if sum == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s the lanes hold %d shared calls, want %d; %s", what, sum, n, knit.StealState(p))
+		}
+		runtime.Gosched()
 	}
 }
 

@@ -362,6 +362,27 @@ func (p *Producer) Holder(seq uint64) (consumer int, ok bool) {
 	return 0, false
 }
 
+// Held is how many calls consumer c's journal shows claimed and not finished (0 for an id
+// out of range). It reads words the consumer writes: a figure for statistics, never what
+// recovery relies on.
+func (p *Producer) Held(c int) int {
+	g := &p.r.g
+	if c < 0 || c >= g.n {
+		return 0
+	}
+	j := p.m.load(g.journal(c))
+	if j&3 != phaseCommitted {
+		return 0
+	}
+	n := 0
+	for k := range min(int(j>>2)&63, g.E) {
+		if st := int(p.m.load(g.entry(c, k)) & 3); st == entryClaimed || st == entryStarted {
+			n++
+		}
+	}
+	return n
+}
+
 // Waiting is how many published calls no consumer has claimed yet (under Dekker, also
 // those claimed but not yet released): how many idle consumers the host should make sure
 // of. It reads shared words only.

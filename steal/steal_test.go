@@ -197,13 +197,22 @@ func TestRecoverSplitsHeldCalls(t *testing.T) {
 			if n, err := dead.Claim(); n != 4 || err != nil {
 				t.Fatalf("claimed %d, %v", n, err)
 			}
+			if h := p.Held(0); h != 4 {
+				t.Fatalf("held %d after claiming 4", h)
+			}
 			dead.Start(0)
 			dead.Finish(0)
 			dead.Start(1)
+			if h := p.Held(0); h != 3 {
+				t.Fatalf("held %d with one of 4 finished", h)
+			}
 			// dead dies here.
 			rec, err := p.Recover(0)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if h, out := p.Held(0), p.Held(MaxConsumers); h != 0 || out != 0 {
+				t.Fatalf("held %d after recovery, %d for an id out of range", h, out)
 			}
 			if fmt.Sprint(rec.Started) != fmt.Sprint([]Call{dead.Call(1)}) {
 				t.Fatalf("started %v, want %v", rec.Started, dead.Call(1))

@@ -686,6 +686,9 @@ type LaneStats struct {
 	// Claimed counts the calls the lane's current incarnation took from the pool's shared
 	// submit ring (work stealing); InFlight and Queued count only its private ring.
 	Claimed uint64
+	// Holding is how many calls from the shared ring the lane has claimed and not finished,
+	// as its claim journal shows them (Stats.Shared counts them too).
+	Holding int
 }
 
 // Stats describes a pool.
@@ -724,6 +727,9 @@ func (p *Pool) Stats() Stats {
 		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.Inc == ls.Incarnation) {
 			st := l.Counters()
 			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.ring.Queued()), l.claimed.Load()
+			if sh := p.shared; sh != nil && l.cid >= 0 {
+				ls.Holding = sh.prod.Held(l.cid)
+			}
 			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.Run().PID()
 		}
 		p.totalsOf(i, &ls)
