@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,8 +40,8 @@ func startCall[In, Out any](t testing.TB, task *Task[In, Out], ctx context.Conte
 	return r
 }
 
-// isFree reports whether r is back on its table's free list.
-func isFree[In, Out any](r *Record[In, Out]) bool { return r.refs.Load() == 0 }
+// isFree reports whether r is free for the next Alloc.
+func isFree[In, Out any](r *Record[In, Out]) bool { return r.refs.free() }
 
 // nextAlloc takes the next record from table and gives it straight back (it is never
 // started: the state of the table is otherwise unchanged).
@@ -252,5 +253,50 @@ func TestTableHeld(t *testing.T) {
 	}
 	for _, r := range recs {
 		releaseCall(task, r)
+	}
+}
+
+// The cache of free records may drop them all (sync.Pool does at a garbage collection):
+// a dropped record is still free, and Alloc finds it again rather than making a new one.
+func TestTableFindsDroppedRecords(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	var recs []*Record[int, int]
+	for i := range 200 {
+		recs = append(recs, startCall(t, task, context.Background(), i, 1, 0))
+	}
+	for _, r := range recs {
+		releaseCall(task, r)
+	}
+	runtime.GC() // the first moves the cache to its victim, the second drops it
+	runtime.GC()
+	r, err := task.Records.Alloc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	task.Records.mu.Lock()
+	n := task.Records.n
+	task.Records.mu.Unlock()
+	if n != 200 || r.ID >= 200 {
+		t.Fatalf("Alloc after the cache dropped 200 free records made record %d (table of %d), want one of them", r.ID, n)
+	}
+}
+
+// A record the cache holds twice (a scan took it while it was cached, and it was freed
+// again) goes to one taker only.
+func TestTableCachedTwiceTakenOnce(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	r := startCall(t, task, context.Background(), 1, 1, 0)
+	releaseCall(task, r)
+	task.Records.cache.Put(r) // now cached twice
+	a, err := task.Records.Alloc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := task.Records.Alloc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Fatalf("record %d handed out twice", a.ID)
 	}
 }

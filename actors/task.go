@@ -353,8 +353,6 @@ type Record[In, Out any] struct {
 	done  chan struct{}
 	fut   *Future[Out]
 	table *Table[In, Out]
-	// nextFree is the ID+1 of the next record on the free list (0: none).
-	nextFree atomic.Uint32
 	// obs, if set, is told when the call settles; Begun is when it was submitted (the
 	// observer's clock).
 	obs   Observer
@@ -366,6 +364,7 @@ const (
 	stateFree uint32 = iota
 	statePending
 	stateSettled // settled, or being settled: its winner writes Out and Err, then signals
+	stateTaken   // taken by Alloc, not yet started
 )
 
 // refState is a record's reference count and state in one word: the count above stateBits,
@@ -389,6 +388,23 @@ func (s *refState) Add(d int32) int32 { return int32(s.w.Add(uint32(d)<<stateBit
 
 // state returns the state.
 func (s *refState) state() uint32 { return s.w.Load() & stateMask }
+
+// A free record's word is 0: no reference, state free. A released record keeps its last
+// state (never free) until Release has reset it and stores 0, so that no taker sees a
+// record half-released.
+
+// free reports whether the record is free.
+func (s *refState) free() bool { return s.w.Load() == 0 }
+
+// claim takes a free record for its taker (one reference, not yet started); false if it
+// is not free (another taker has it).
+func (s *refState) claim() bool { return s.w.CompareAndSwap(0, 1<<stateBits|stateTaken) }
+
+// claimNew is claim for a record no one else can see yet.
+func (s *refState) claimNew() { s.w.Store(1<<stateBits | stateTaken) }
+
+// setFree frees a reset record that has no reference left.
+func (s *refState) setFree() { s.w.Store(0) }
 
 // start sets both at once.
 func (s *refState) start(refs int32, state uint32) { s.w.Store(uint32(refs)<<stateBits | state) }
@@ -482,16 +498,18 @@ func (r *Record[In, Out]) settled() {
 func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
 
 // Table holds a task's records: chunked so that a record never moves and lookups by index
-// take no lock. The free list is a lock-free stack: a call takes a record and gives it back
-// with one compare-and-swap each, where a mutex cost two atomic operations each.
+// take no lock. Free records wait in a sync.Pool: a call takes one and gives it back on its
+// own P's cache, where a free list shared by every caller and lane moved one cache line
+// between cores per call (docs/benchmarks.md, "Records: a free list no caller shares"). The pool may drop what it holds
+// at a garbage collection; a dropped record is still free (refs word 0) and a scan of the
+// table finds it again.
 type Table[In, Out any] struct {
-	task uint32 // the task's registry index
-	// free is the top of the free list: ID+1 of its first record in the low 32 bits (0:
-	// empty), and above them a tag bumped by every change, so that a pop whose top was
-	// popped and pushed back meanwhile fails its compare-and-swap (ABA).
-	free   atomic.Uint64
-	mu     sync.Mutex // grows the table
-	n      uint32     // under mu
+	task  uint32    // the task's registry index
+	cache sync.Pool // *Record: free records, maybe some twice or some taken since
+	mu    sync.Mutex
+	n     uint32 // under mu: records that exist
+	scan  uint32 // under mu: where the next scan for dropped records starts
+	// chunks never shrink: a record's address is stable for the table's life.
 	chunks [maxChunks]atomic.Pointer[[chunkSize]Record[In, Out]]
 }
 
@@ -499,6 +517,9 @@ const (
 	chunkBits = 10
 	chunkSize = 1 << chunkBits
 	maxChunks = 1 << 12 // 4 M records per task
+	// scanBudget bounds the records a slow Alloc looks at for one the cache dropped
+	// before it makes a new one: a table grows only while its records are mostly busy.
+	scanBudget = 64
 )
 
 // Get returns record id, or nil when id names none (a hostile or stale index).
@@ -521,18 +542,26 @@ func (t *Table[In, Out]) Get(id uint32) *Record[In, Out] {
 // Alloc takes a free record.
 func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
 	for {
-		top := t.free.Load()
-		if uint32(top) == 0 {
+		v := t.cache.Get()
+		if v == nil {
 			break
 		}
-		r := t.Get(uint32(top) - 1) // on the free list: it exists
-		if t.free.CompareAndSwap(top, (top>>32+1)<<32|uint64(r.nextFree.Load())) {
+		// The cache may hold a record twice (a scan took it while it was cached, and it
+		// was freed again since): the claim decides which taker has it.
+		if r := v.(*Record[In, Out]); r.refs.claim() {
 			return r, nil
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if r := t.scanLocked(scanBudget); r != nil {
+		return r, nil
+	}
 	if t.n >= maxChunks*chunkSize {
+		// Every record exists: a free one, if any, is somewhere the budget did not reach.
+		if r := t.scanLocked(t.n); r != nil {
+			return r, nil
+		}
 		return nil, fmt.Errorf("knit: more than %d calls in flight on one task", maxChunks*chunkSize)
 	}
 	c := t.n >> chunkBits
@@ -542,16 +571,49 @@ func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
 		t.chunks[c].Store(chunk)
 	}
 	r := &chunk[t.n&(chunkSize-1)]
-	r.ID, r.done, r.table = t.n, make(chan struct{}, 1), t
+	r.ID, r.table = t.n, t
 	r.Lane.Store(-1)
 	r.Abort.Store(-1)
+	r.refs.claimNew()
+	r.done = make(chan struct{}, 1) // last: Get sees the record from here on
 	t.n++
 	return r, nil
 }
 
-// Release drops one reference; the last one returns the record to the free list.
+// scanLocked looks at up to budget records, from where the last scan stopped, for free ones
+// the cache dropped: it claims the first and gives the others back to the cache. Called with
+// mu held.
+func (t *Table[In, Out]) scanLocked(budget uint32) *Record[In, Out] {
+	var got *Record[In, Out]
+	for range min(budget, t.n) {
+		if t.scan >= t.n {
+			t.scan = 0
+		}
+		chunk := t.chunks[t.scan>>chunkBits].Load()
+		if chunk == nil { // only where a test pretends the table is larger than it is
+			t.scan = (t.scan>>chunkBits + 1) << chunkBits
+			continue
+		}
+		r := &chunk[t.scan&(chunkSize-1)]
+		t.scan++
+		switch {
+		case r.done == nil || !r.refs.free(): // (a record not made yet: as above)
+		case got == nil:
+			if r.refs.claim() {
+				got = r
+			}
+		default:
+			t.cache.Put(r)
+		}
+	}
+	return got
+}
+
+// Release drops one reference; the last one resets the record and frees it. A holder that
+// sees one reference is the last (only a holder adds one): it skips the decrement, an
+// atomic operation less on every call.
 func (t *Table[In, Out]) Release(r *Record[In, Out]) {
-	if r.refs.Add(-1) != 0 {
+	if r.refs.Load() != 1 && r.refs.Add(-1) != 0 {
 		return
 	}
 	var zeroIn In
@@ -562,13 +624,8 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 		r.Enc = nil
 	}
 	r.Gen.Add(1)
-	for {
-		top := t.free.Load()
-		r.nextFree.Store(uint32(top))
-		if t.free.CompareAndSwap(top, (top>>32+1)<<32|uint64(r.ID+1)) {
-			return
-		}
-	}
+	r.refs.setFree() // only now may a scan claim it
+	t.cache.Put(r)
 }
 
 // maxKeptEncoding bounds the encoding buffer a free record keeps for its next call.
