@@ -500,9 +500,9 @@ func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
 // Table holds a task's records: chunked so that a record never moves and lookups by index
 // take no lock. Free records wait in a sync.Pool: a call takes one and gives it back on its
 // own P's cache, where a free list shared by every caller and lane moved one cache line
-// between cores per call (docs/benchmarks.md, "Records: a free list no caller shares"). The pool may drop what it holds
-// at a garbage collection; a dropped record is still free (refs word 0) and a scan of the
-// table finds it again.
+// between cores per call (docs/benchmarks.md, "Records: a free list no caller shares").
+// The pool may drop what it holds at a garbage collection; a dropped record is still free
+// (refs word 0) and a scan of the table finds it again.
 type Table[In, Out any] struct {
 	task  uint32    // the task's registry index
 	cache sync.Pool // *Record: free records, maybe some twice or some taken since
