@@ -323,8 +323,8 @@ func wireOf(err error) (code, msg string) {
 }
 
 // Record is one call in flight: typed, reused, found by index from a slot. The caller and
-// the dispatch side (backlog, then lane) each hold a reference; the record returns to the
-// free list when both let go, so a lane never touches a record handed to another call.
+// the dispatch side (backlog, then lane) each hold a reference; the record is free again
+// only when both let go, so a lane never touches a record handed to another call.
 type Record[In, Out any] struct {
 	ID    uint32
 	Gen   atomic.Uint32 // bumped at every reuse; a slot naming an older generation is stale
