@@ -192,7 +192,7 @@ func (p *Pool) help(c actors.Pender) {
 	if budget <= 0 || p.spinMisses.Load() >= coldAfter && rand.Uint32()%probeEvery != 0 {
 		return
 	}
-	if !p.spinning.CompareAndSwap(false, true) && !p.takeOver() {
+	if (p.spinning.Load() || !p.spinning.CompareAndSwap(false, true)) && !p.takeOver() {
 		return // another caller drains for everyone
 	}
 	var start time.Time
@@ -260,16 +260,21 @@ func (p *Pool) poll() {
 
 // takeOver asks a lingering reaper for the spinner token: a caller that waits for a result
 // had better drain itself than be woken by the reaper that settles it. It reports whether
-// it got the token (not when another caller holds it: callers never hand over).
+// it got the token (not when another caller holds it: callers never hand over). One caller
+// asks at a time; the others park at once rather than spin for a token only one can get.
 func (p *Pool) takeOver() bool {
-	if !p.lingering.Load() {
+	if !p.lingering.Load() || p.handover.Load() || !p.handover.CompareAndSwap(false, true) {
 		return false
 	}
-	p.handover.Store(true)
 	defer p.handover.Store(false)
 	for i := 1; i <= 256; i++ {
 		if p.spinning.CompareAndSwap(false, true) {
 			return true
+		}
+		if !p.lingering.Load() {
+			// The reaper let go (or is letting go) and a caller may have taken the token:
+			// one last try rather than spin for it.
+			return p.spinning.CompareAndSwap(false, true)
 		}
 		spin.Pause()
 		if i%64 == 0 {
