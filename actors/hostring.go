@@ -460,12 +460,7 @@ func (r *HostRing) Drain() (settled int, err error) {
 		if err != nil {
 			return settled, err
 		}
-		if r.queued.Load() > 0 {
-			r.Flush()
-		}
-		if sh := r.shared; sh != nil && sh.queued.Load() > 0 {
-			sh.Flush()
-		}
+		r.flushBacklogs()
 		if r.remote || r.ret.Peek() == 0 {
 			return settled, nil
 		}
@@ -501,13 +496,19 @@ func (r *HostRing) SettleLocal(fn, id, gen uint32, o Outcome, shared bool, ran u
 	if err != nil {
 		return err
 	}
+	r.flushBacklogs()
+	return nil
+}
+
+// flushBacklogs moves waiting calls into the slots settled results may have freed: this
+// ring's backlog and the shared ring's.
+func (r *HostRing) flushBacklogs() {
 	if r.queued.Load() > 0 {
 		r.Flush()
 	}
 	if sh := r.shared; sh != nil && sh.queued.Load() > 0 {
 		sh.Flush()
 	}
-	return nil
 }
 
 // Waiting reports whether results wait on the return ring. Safe beside a drainer.

@@ -2,6 +2,7 @@ package steal
 
 import (
 	"fmt"
+	"iter"
 	"math/bits"
 	"runtime"
 
@@ -347,14 +348,9 @@ func (c *Consumer) Pending() bool {
 // and not finished (ok false: none does). It reads words the consumers write: a hint for
 // finding the lane that runs an overdue call, never what recovery relies on.
 func (p *Producer) Holder(seq uint64) (consumer int, ok bool) {
-	g := &p.r.g
-	for c := range g.n {
-		j := p.m.load(g.journal(c))
-		if j&3 != phaseCommitted {
-			continue
-		}
-		for k := range min(int(j>>2)&63, g.E) {
-			if e := p.m.load(g.entry(c, k)); e>>8 == seq && int(e&3) == entryStarted {
+	for c := range p.r.g.n {
+		for e := range p.committed(c) {
+			if e>>8 == seq && int(e&3) == entryStarted {
 				return c, true
 			}
 		}
@@ -366,21 +362,33 @@ func (p *Producer) Holder(seq uint64) (consumer int, ok bool) {
 // out of range). It reads words the consumer writes: a figure for statistics, never what
 // recovery relies on.
 func (p *Producer) Held(c int) int {
-	g := &p.r.g
-	if c < 0 || c >= g.n {
-		return 0
-	}
-	j := p.m.load(g.journal(c))
-	if j&3 != phaseCommitted {
+	if c < 0 || c >= p.r.g.n {
 		return 0
 	}
 	n := 0
-	for k := range min(int(j>>2)&63, g.E) {
-		if st := int(p.m.load(g.entry(c, k)) & 3); st == entryClaimed || st == entryStarted {
+	for e := range p.committed(c) {
+		if st := int(e & 3); st == entryClaimed || st == entryStarted {
 			n++
 		}
 	}
 	return n
+}
+
+// committed yields the entry words of consumer c's journal while it is committed (a batch
+// claimed and journaled), at most the journal's capacity whatever its length word says.
+func (p *Producer) committed(c int) iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		g := &p.r.g
+		j := p.m.load(g.journal(c))
+		if j&3 != phaseCommitted {
+			return
+		}
+		for k := range min(int(j>>2)&63, g.E) {
+			if !yield(p.m.load(g.entry(c, k))) {
+				return
+			}
+		}
+	}
 }
 
 // Waiting is how many published calls no consumer has claimed yet (under Dekker, also
