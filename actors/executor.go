@@ -210,6 +210,16 @@ func (e *Executor) Run() error {
 				return err
 			}
 		}
+		e.flushLocal()
+	}
+}
+
+// flushLocal has an in-process lane move the calls waiting in its backlog (and the shared
+// ring's) into the slots its last batch freed, once per batch. Callers that submit while
+// slots are free publish themselves; this is for the calls they queued meanwhile.
+func (e *Executor) flushLocal() {
+	if e.Local && e.Host != nil {
+		e.Host.FlushLocal()
 	}
 }
 
@@ -328,6 +338,7 @@ func (e *Executor) runClaimed() error {
 		}
 		c.Finish(k)
 	}
+	e.flushLocal()
 	return nil
 }
 

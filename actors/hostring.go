@@ -470,7 +470,9 @@ func (r *HostRing) Drain() (settled int, err error) {
 // SettleLocal settles the result of a call an in-process lane has just run (its value is on
 // the call's record), as Drain settles one read off the return ring, without the trip
 // through the ring; the lane goroutine calls it. Once the ring is fenced (the lane was
-// abandoned, and its calls settled without it) nothing is settled.
+// abandoned, and its calls settled without it) nothing is settled. Unlike Drain it moves
+// no backlog calls: the lane does that once per batch (FlushLocal), not once per call,
+// which would take the mutex every caller submits under once per call.
 func (r *HostRing) SettleLocal(fn, id, gen uint32, o Outcome, shared bool, ran uint64) error {
 	for !r.draining.CompareAndSwap(false, true) { // a Fence or a drain of older results
 		runtime.Gosched()
@@ -493,12 +495,12 @@ func (r *HostRing) SettleLocal(fn, id, gen uint32, o Outcome, shared bool, ran u
 		err = r.settle.SettleResult(Result{Def: r.tasks[fn], Key: from.key, Shared: shared, ID: id, Gen: gen, Outcome: o, Ran: ran})
 	}
 	r.draining.Store(false)
-	if err != nil {
-		return err
-	}
-	r.flushBacklogs()
-	return nil
+	return err
 }
+
+// FlushLocal moves backlog calls into the slots an in-process lane freed when it took its
+// last batch: the lane goroutine calls it once the batch has run.
+func (r *HostRing) FlushLocal() { r.flushBacklogs() }
 
 // flushBacklogs moves waiting calls into the slots settled results may have freed: this
 // ring's backlog and the shared ring's.

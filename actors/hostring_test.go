@@ -262,8 +262,8 @@ func TestHostRingDrainSettles(t *testing.T) {
 	}
 }
 
-// SettleLocal hands an in-process lane's result to the owner as Drain would, moves backlog
-// calls into the slots the lane freed, refuses a result it cannot attribute, and settles
+// SettleLocal hands an in-process lane's result to the owner as Drain would, leaves the
+// backlog to FlushLocal (once per batch, not per call), refuses a result it cannot attribute, and settles
 // nothing once the ring is fenced (an abandoned lane that finishes late).
 func TestHostRingSettleLocal(t *testing.T) {
 	task := defineTest(t, double, Options{})
@@ -283,8 +283,12 @@ func TestHostRingSettleLocal(t *testing.T) {
 		got[0].ID != s.id || got[0].Gen != s.gen || got[0].Outcome != OK || got[0].Ran != 9 || got[0].Payload != nil {
 		t.Fatalf("settled %+v", got)
 	}
+	if tr.Queued() != 1 {
+		t.Fatalf("after SettleLocal %d calls queued, want 1: the lane flushes once per batch", tr.Queued())
+	}
+	tr.FlushLocal()
 	if got := len(tr.take(t)); got != 1 || tr.Queued() != 0 {
-		t.Fatalf("SettleLocal moved %d backlog calls to the freed slots (%d still queued), want 1", got, tr.Queued())
+		t.Fatalf("FlushLocal moved %d backlog calls to the freed slots (%d still queued), want 1", got, tr.Queued())
 	}
 	if tr.Waiting() {
 		t.Fatal("a local result was published on the return ring")
