@@ -11,6 +11,7 @@ var (
 	NewResultHarness      = pool.NewResultHarness
 	StealState            = pool.StealState
 	StopStealBackstop     = pool.StopStealBackstop
+	StealAlways           = pool.StealAlways
 	StealAwake            = pool.StealAwake
 )
 

@@ -94,6 +94,7 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				knit.StealAlways(p) // the calls under test go through the shared ring
 				defer p.Close(context.Background())
 				knit.StopStealBackstop(p) // no watchdog rings a lane for a call left waiting
 				ctx, cancel := context.WithCancel(context.Background())
@@ -159,6 +160,7 @@ func TestStealLaneDeathSettlesItsCalls(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				knit.StealAlways(p) // the calls under test go through the shared ring
 				defer p.Close(context.Background())
 				file := filepath.Join(t.TempDir(), "pid")
 				task := holdPID
@@ -216,6 +218,7 @@ func TestStealCancelReachesTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	knit.StealAlways(p) // the calls under test go through the shared ring
 	defer p.Close(context.Background())
 	for i := range 4 {
 		file := filepath.Join(t.TempDir(), "pid")
@@ -245,6 +248,7 @@ func TestStealCloseAndResize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	knit.StealAlways(p) // the calls under test go through the shared ring
 	if err := p.Resize(context.Background(), 40); err == nil {
 		t.Error("a stealing pool grew to 40 lanes")
 	}
@@ -326,6 +330,7 @@ func TestStealClaimantIsNotFree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			knit.StealAlways(p) // the calls under test go through the shared ring
 			defer p.Close(context.Background())
 			knit.StopStealBackstop(p)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -391,3 +396,51 @@ func (h *claimHook) Write(_ zapcore.Entry, fs []zapcore.Field) error {
 	return nil
 }
 func (h *claimHook) Sync() error { return nil }
+
+// A stealing pool whose shared ring is empty sends a call straight to an idle lane's own
+// ring, the lowest first: a lone call costs no claim. A lane holding a call of its own is
+// not idle, so the next call goes to the other lane, and never waits behind the first.
+func TestStealIdleLaneTakesCallDirectly(t *testing.T) {
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+			t.Run(rt.String()+"/"+mode.String(), func(t *testing.T) {
+				p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: rt, Steal: mode, Logger: quiet()}, stealTasks...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer p.Close(context.Background())
+				for i := range 50 {
+					if v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || v != int64(i)+1 {
+						t.Fatalf("add %d: %d, %v", i, v, err)
+					}
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				held := sleepy.Go(ctx, p, 0)
+				for i := range 50 {
+					actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+					v, err := add.Call(actx, p, [2]int64{int64(i), 1})
+					acancel()
+					if err != nil || v != int64(i)+1 {
+						t.Fatalf("add %d beside a held call: %d, %v; %s", i, v, err, knit.StealState(p))
+					}
+				}
+				cancel()
+				if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
+					t.Errorf("held call: %v", err)
+				}
+				served := 0
+				for _, l := range p.Stats().Lanes {
+					if l.Claimed != 0 {
+						t.Errorf("lane %d claimed %d calls from the shared ring, want none: it was empty", l.Lane, l.Claimed)
+					}
+					if l.TotalCompleted+l.TotalFailed > 0 {
+						served++
+					}
+				}
+				if served != 2 {
+					t.Errorf("%d lanes served calls, want both: the held call's lane was not idle", served)
+				}
+			})
+		}
+	}
+}

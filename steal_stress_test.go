@@ -477,6 +477,8 @@ func freeLaneRounds(t *testing.T, rt knit.Runtime, mode knit.Steal, rounds int, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	knit.StealAlways(p) // the calls under test go through the shared ring
+
 	defer func() { // bounded: a call left on the ring keeps Close waiting
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

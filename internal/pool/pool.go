@@ -389,6 +389,16 @@ func (p *Pool) pick() *lane {
 	return nil
 }
 
+// idleLane is the lowest ready lane that holds no call of its own (nil: none).
+func (p *Pool) idleLane() *lane {
+	for i := range p.laneCount() {
+		if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.State() == lifecycle.LaneReady {
+			return l
+		}
+	}
+	return nil
+}
+
 // leastLoaded is the first idle lane, else the lane holding the fewest calls (the lower one
 // of equals: under a steady load the lanes take turns anyway).
 func (p *Pool) leastLoaded() *lane {
@@ -506,6 +516,12 @@ func (p *Pool) full(ctx context.Context, c actors.Call, err error, lane int) err
 
 // dispatchShared publishes a call on the shared ring, from which the first idle lane takes
 // it. A call may wait there while every lane restarts, but not in a pool that has failed.
+//
+// When the shared ring holds nothing (no call waits there and no lane holds one), a lane
+// with nothing of its own is idle: the call goes straight to that lane's own ring, the
+// lowest first, as LeastLoaded would send it. A lone call then costs no claim handshake
+// and no journal, and a fast call still never waits behind a slow one, as the idle lane
+// runs nothing else. Under load the shared ring takes every call, and idle lanes steal.
 func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) {
 	s := p.shared
 	for {
@@ -518,6 +534,14 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
 			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 				Message: "every lane is in crash-loop backoff (Config.FailFast)"}
+		}
+		if s.inflight.Load() == 0 && !s.always.Load() {
+			if l := p.idleLane(); l != nil {
+				if _, err := l.submit(c); err == nil {
+					return l, nil
+				}
+				// The lane went away or stopped taking calls: the shared ring decides.
+			}
 		}
 		err := s.submit(c)
 		if err == nil {

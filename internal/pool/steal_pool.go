@@ -41,6 +41,7 @@ type shared struct {
 	host *actors.HostRing
 
 	inflight atomic.Int32 // calls on the ring or its backlog, or claimed and unsettled
+	always   atomic.Bool  // every call goes through the ring, even to an idle lane (tests)
 	waiters  atomic.Int32 // callers blocked on a shared call's result: every reaper must run
 	unmap    sync.Once
 

@@ -185,6 +185,16 @@ func StopStealBackstop(p *Pool) {
 	p.watchDone = nil
 }
 
+// StealAlways makes a stealing pool publish every call on its shared ring, also when the
+// ring is empty and a lane idle (which then takes the call on its own ring): for a test of
+// what happens to calls on the shared ring.
+func StealAlways(p *Pool) {
+	if p.shared == nil {
+		panic("StealAlways: not a stealing pool")
+	}
+	p.shared.always.Store(true)
+}
+
 // StealAwake reports whether the lane with consumer id c of the pool's shared ring is awake
 // (running, polling or rung) as the host sees it; false too when no lane has that id.
 func StealAwake(p *Pool, c int) bool {
