@@ -325,20 +325,24 @@ func TestRecycleMaxCallsGoroutine(t *testing.T) {
 
 // A process lane is recycled after MaxCallsPerLane under load: a spare takes over (no call
 // waits for a process start, and capacity never dips), no call fails, none runs twice.
+//
+// As in TestRecycleMaxCallsGoroutine, the load runs until three recycled incarnations have
+// stopped (ids is a cap), not for a fixed number of calls.
 func TestRecycleMaxCallsProcess(t *testing.T) {
-	ids := 12_000
+	perLane := 2_000
 	if testing.Short() {
-		ids = 4_000
+		perLane = 700
 	}
+	ids := 100 * perLane
 	path, runs := fileRuns(t, ids)
 	w := newLifeWatch()
 	core, logs := observer.New(zapcore.DebugLevel)
-	p := newProcessPool(t, knit.Config{Lanes: 2, MaxCallsPerLane: ids / 6, Logger: zap.New(core), OnEvent: w.on,
+	p := newProcessPool(t, knit.Config{Lanes: 2, MaxCallsPerLane: perLane, Logger: zap.New(core), OnEvent: w.on,
 		Process: knit.ProcessConfig{Env: []string{envRuns + "=" + path}}}, chaosOnce)
 	knit.AwaitSpares(p) // the first recycle finds the spare ready
 	w.arm(true)
 	ld := startLoad(8, int64(ids), func(id int) (int, error) { return chaosOnce.Call(context.Background(), p, chaosCall{ID: id}) })
-	ld.until(int64(ids))
+	w.await(knit.StateStopping, 3, ld.out)
 	n := ld.finish(t)
 	w.arm(false)
 	checkRuns(t, runs, n)
@@ -347,7 +351,7 @@ func TestRecycleMaxCallsProcess(t *testing.T) {
 	spares := logs.FilterMessage("spare process assigned").Len()
 	t.Logf("%d calls, %d recycles, %d from a spare, fewest lanes serving: %d", n, recycles, spares, least)
 	if recycles < 3 {
-		t.Errorf("%d recycles, want at least 3 (%d calls, %d per lane)", recycles, ids, ids/6)
+		t.Errorf("%d recycles, want at least 3 (%d calls, %d per lane)", recycles, n, perLane)
 	}
 	if spares == 0 {
 		t.Error("no replacement took a spare")
