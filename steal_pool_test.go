@@ -99,16 +99,7 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 				knit.StopStealBackstop(p) // no watchdog rings a lane for a call left waiting
 				ctx, cancel := context.WithCancel(context.Background())
 				held := sleepy.Go(ctx, p, 0)
-				for i := range 200 {
-					// A call that waits 10 s for a lane is stuck: it fails the test, with
-					// the ring and the lanes as they were.
-					actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
-					v, err := add.Call(actx, p, [2]int64{int64(i), 1})
-					acancel()
-					if err != nil || v != int64(i)+1 {
-						t.Fatalf("add %d: %d, %v; %s", i, v, err, knit.StealState(p))
-					}
-				}
+				callAdds(t, p, 200)
 				holding(t, p, 1, "the busy call") // it may share a batch with adds whose finish lags
 				cancel()
 				if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
@@ -123,6 +114,20 @@ func TestStealFreeLaneTakesCalls(t *testing.T) {
 					t.Errorf("lanes claimed %d calls, want every add (200) at least", claimed)
 				}
 			})
+		}
+	}
+}
+
+// callAdds makes n add calls one after the other. A call that waits 10 s for a lane is
+// stuck: it fails the test, with the ring and the lanes as they were.
+func callAdds(t *testing.T, p *knit.Pool, n int) {
+	t.Helper()
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		v, err := add.Call(ctx, p, [2]int64{int64(i), 1})
+		cancel()
+		if err != nil || v != int64(i)+1 {
+			t.Fatalf("add %d: %d, %v; %s", i, v, err, knit.StealState(p))
 		}
 	}
 }
@@ -409,21 +414,10 @@ func TestStealIdleLaneTakesCallDirectly(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer p.Close(context.Background())
-				for i := range 50 {
-					if v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || v != int64(i)+1 {
-						t.Fatalf("add %d: %d, %v", i, v, err)
-					}
-				}
+				callAdds(t, p, 50)
 				ctx, cancel := context.WithCancel(context.Background())
 				held := sleepy.Go(ctx, p, 0)
-				for i := range 50 {
-					actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
-					v, err := add.Call(actx, p, [2]int64{int64(i), 1})
-					acancel()
-					if err != nil || v != int64(i)+1 {
-						t.Fatalf("add %d beside a held call: %d, %v; %s", i, v, err, knit.StealState(p))
-					}
-				}
+				callAdds(t, p, 50) // beside the held call
 				cancel()
 				if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
 					t.Errorf("held call: %v", err)
