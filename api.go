@@ -62,7 +62,8 @@ const (
 )
 
 // Steal says whether a pool's idle lanes take calls from one shared submit ring (work
-// stealing) and which claim discipline they use (docs/stealing.md).
+// stealing) and which claim discipline they use (docs/stealing.md). While that ring is
+// empty, a stealing pool gives a call straight to an idle lane, as LeastLoaded would.
 type Steal = pool.Steal
 
 // Steal modes.
