@@ -219,7 +219,7 @@ func (e *Executor) Run() error {
 // slots are free publish themselves; this is for the calls they queued meanwhile.
 func (e *Executor) flushLocal() {
 	if e.Local && e.Host != nil {
-		e.Host.FlushLocal()
+		e.Host.FlushBacklogs()
 	}
 }
 

@@ -460,7 +460,7 @@ func (r *HostRing) Drain() (settled int, err error) {
 		if err != nil {
 			return settled, err
 		}
-		r.flushBacklogs()
+		r.FlushBacklogs()
 		if r.remote || r.ret.Peek() == 0 {
 			return settled, nil
 		}
@@ -471,7 +471,7 @@ func (r *HostRing) Drain() (settled int, err error) {
 // the call's record), as Drain settles one read off the return ring, without the trip
 // through the ring; the lane goroutine calls it. Once the ring is fenced (the lane was
 // abandoned, and its calls settled without it) nothing is settled. Unlike Drain it moves
-// no backlog calls: the lane does that once per batch (FlushLocal), not once per call,
+// no backlog calls: the lane does that once per batch (FlushBacklogs), not once per call,
 // which would take the mutex every caller submits under once per call.
 func (r *HostRing) SettleLocal(fn, id, gen uint32, o Outcome, shared bool, ran uint64) error {
 	for !r.draining.CompareAndSwap(false, true) { // a Fence or a drain of older results
@@ -498,13 +498,10 @@ func (r *HostRing) SettleLocal(fn, id, gen uint32, o Outcome, shared bool, ran u
 	return err
 }
 
-// FlushLocal moves backlog calls into the slots an in-process lane freed when it took its
-// last batch: the lane goroutine calls it once the batch has run.
-func (r *HostRing) FlushLocal() { r.flushBacklogs() }
-
-// flushBacklogs moves waiting calls into the slots settled results may have freed: this
-// ring's backlog and the shared ring's.
-func (r *HostRing) flushBacklogs() {
+// FlushBacklogs moves waiting calls into the request slots a lane has freed: this ring's
+// backlog and the shared ring's. Drain calls it after each drained batch; an in-process
+// lane calls it once its batch has run.
+func (r *HostRing) FlushBacklogs() {
 	if r.queued.Load() > 0 {
 		r.Flush()
 	}

@@ -263,7 +263,7 @@ func TestHostRingDrainSettles(t *testing.T) {
 }
 
 // SettleLocal hands an in-process lane's result to the owner as Drain would, leaves the
-// backlog to FlushLocal (once per batch, not per call), refuses a result it cannot attribute, and settles
+// backlog to FlushBacklogs (once per batch, not per call), refuses a result it cannot attribute, and settles
 // nothing once the ring is fenced (an abandoned lane that finishes late).
 func TestHostRingSettleLocal(t *testing.T) {
 	task := defineTest(t, double, Options{})
@@ -286,9 +286,9 @@ func TestHostRingSettleLocal(t *testing.T) {
 	if tr.Queued() != 1 {
 		t.Fatalf("after SettleLocal %d calls queued, want 1: the lane flushes once per batch", tr.Queued())
 	}
-	tr.FlushLocal()
+	tr.FlushBacklogs()
 	if got := len(tr.take(t)); got != 1 || tr.Queued() != 0 {
-		t.Fatalf("FlushLocal moved %d backlog calls to the freed slots (%d still queued), want 1", got, tr.Queued())
+		t.Fatalf("FlushBacklogs moved %d backlog calls to the freed slots (%d still queued), want 1", got, tr.Queued())
 	}
 	if tr.Waiting() {
 		t.Fatal("a local result was published on the return ring")

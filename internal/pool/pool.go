@@ -369,10 +369,8 @@ func (p *Pool) pick() *lane {
 	case LeastLoaded:
 		return p.leastLoaded()
 	case FirstIdle, FirstIdleOrRandom:
-		for i := range n {
-			if l := p.slots[i].cur.Load(); l != nil && l.inflight.Load() == 0 && l.State() == lifecycle.LaneReady {
-				return l
-			}
+		if l := p.idleLane(); l != nil {
+			return l
 		}
 	}
 	start := 0
