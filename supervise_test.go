@@ -418,6 +418,10 @@ func TestRestartIntensity(t *testing.T) {
 	rec.await(t, "pool failed", func(e knit.Event) bool { return e.Lane == -1 && e.To == knit.StateFailed })
 	want := "[1ms 2ms 4ms 4ms 4ms]"
 	for lane := range 2 {
+		// The pool's failure and each lane's death are told from different goroutines: the
+		// pool's event may come first. A lane's own events come in order, so its restarts
+		// are all recorded once its death is.
+		rec.await(t, fmt.Sprintf("lane %d dead", lane), func(e knit.Event) bool { return e.Lane == lane && e.To == knit.StateDead })
 		var delays []time.Duration
 		var dead *knit.Event
 		for _, e := range rec.events(lane) {
