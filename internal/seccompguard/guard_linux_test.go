@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/net/bpf"
@@ -79,12 +80,16 @@ func TestDenyForeignArchAllThreads(t *testing.T) {
 func guardChild() {
 	native := map[string]uint32{"amd64": auditArchX86_64, "arm64": auditArchAArch64}[runtime.GOARCH]
 	release := make(chan struct{})
-	for range 4 { // threads that exist before the filter
+	var locked sync.WaitGroup // each goroutine holds a thread of its own before the filter
+	for range 4 {             // threads that exist before the filter
+		locked.Add(1)
 		go func() {
 			runtime.LockOSThread()
+			locked.Done()
 			<-release
 		}()
 	}
+	locked.Wait()
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		panic(err)
 	}
