@@ -69,7 +69,6 @@ func TestDebugNamespaces(t *testing.T) {
 				"knit.lifecycle: pool started",
 				"knit.codec: task codecs",
 				"knit.fastpath: region created",
-				"knit.fastpath: rings fenced",
 				"knit.lane: stop requested",
 				"knit.lane: stop acknowledged",
 				"knit.lane: lane ended",
@@ -83,9 +82,10 @@ func TestDebugNamespaces(t *testing.T) {
 					"knit.lifecycle: lane ready",
 					"knit.fastpath: region mapped",
 					"knit.codec: tasks resolved",
+					"knit.fastpath: rings fenced",
 				)
 			} else {
-				want = append(want, "knit.lane: lane goroutine started")
+				want = append(want, "knit.lane: lane goroutine started", "knit.fastpath: queue sealed")
 			}
 			for _, w := range want {
 				if !slices.Contains(seen, w) {

@@ -21,6 +21,7 @@ type Call struct {
 	Payload     []byte          // the encoded input (process lanes)
 	Done        <-chan struct{} // the caller's context's Done (nil: it cannot end); a ring with abort bits gives such a call one
 	Deadline    int64           // the caller's deadline in Unix nanoseconds, 0 for none (process lanes)
+	Local       LocalCall       // the record itself, for a LocalLane (goroutine lanes)
 }
 
 // Producer is a submit ring's producer as a HostRing publishes on it: a lane's own request

@@ -212,7 +212,7 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 		panic(fmt.Sprintf("knit: task %q is defined twice; task names must be unique", name))
 	}
 	t.index = uint32(len(registry.list))
-	t.Records.task = t.index
+	t.Records.task, t.Records.def = t.index, t
 	registry.byName[name] = t
 	registry.list = append(registry.list, t)
 	return t
@@ -353,6 +353,7 @@ type Record[In, Out any] struct {
 	done  chan struct{}
 	fut   *Future[Out]
 	table *Table[In, Out]
+	link  localNode // its place in a LocalLane's queue
 	// obs, if set, is told when the call settles; Begun is when it was submitted (the
 	// observer's clock).
 	obs   Observer
@@ -423,6 +424,20 @@ func (s *refState) settle() bool {
 	}
 }
 
+// settleDrop is settle for a holder that lets go of its reference in the same step (a
+// LocalLane settling the call it ran): the count it leaves is another holder's.
+func (s *refState) settleDrop() bool {
+	for {
+		w := s.w.Load()
+		if w&stateMask != statePending {
+			return false
+		}
+		if s.w.CompareAndSwap(w, (w-1<<stateBits)&^stateMask|stateSettled) {
+			return true
+		}
+	}
+}
+
 // Start prepares a fresh record for a call with two references (caller and dispatch).
 //
 // A free record's Lane is -1 already (every settle path leaves it so, and Alloc starts it
@@ -476,12 +491,26 @@ func (r *Record[In, Out]) finish(out Out, err error, ran uint64) bool {
 	if !r.refs.settle() {
 		return false
 	}
+	r.finished(out, err, ran)
+	return true
+}
+
+// finishDrop is finish for the dispatch side's holder, which lets go of its reference too
+// if it settles the call: it must not touch the record then.
+func (r *Record[In, Out]) finishDrop(out Out, err error, ran uint64) bool {
+	if !r.refs.settleDrop() {
+		return false
+	}
+	r.finished(out, err, ran)
+	return true
+}
+
+func (r *Record[In, Out]) finished(out Out, err error, ran uint64) {
 	r.Out, r.Err = out, err
 	if r.obs != nil { // before the caller wakes: the record is not reused until then
 		r.obs.Settled(r.table.task, err, r.Begun, ran)
 	}
 	r.settled()
-	return true
 }
 
 func (r *Record[In, Out]) settled() {
@@ -504,7 +533,8 @@ func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
 // The pool may drop what it holds at a garbage collection; a dropped record is still free
 // (refs word 0) and a scan of the table finds it again.
 type Table[In, Out any] struct {
-	task  uint32    // the task's registry index
+	task  uint32 // the task's registry index
+	def   *Task[In, Out]
 	cache sync.Pool // *Record: free records, maybe some twice or some taken since
 	mu    sync.Mutex
 	n     uint32 // under mu: records that exist
@@ -572,6 +602,7 @@ func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
 	}
 	r := &chunk[t.n&(chunkSize-1)]
 	r.ID, r.table = t.n, t
+	r.link.call = r
 	r.Lane.Store(-1)
 	r.Abort.Store(-1)
 	r.refs.claimNew()
@@ -701,6 +732,10 @@ type LaneEnd struct {
 	// Keep fails the calls but leaves their records held as they are, never reused: a
 	// result that may still come for one of them settles nothing.
 	Keep bool
+	// Local: the lane was a LocalLane, and Running the call it was running when it ended
+	// (nil: none); that call alone had started (Started is not used).
+	Local   bool
+	Running LocalCall
 }
 
 // Retry is a call handed back for another lane. Its record keeps the dispatch reference;
@@ -710,7 +745,8 @@ type Retry struct {
 	ID, Gen     uint32
 	Lane, Abort *atomic.Int32
 	Seq         *atomic.Uint64
-	Payload     []byte // the encoded input (process lanes)
+	Payload     []byte    // the encoded input (process lanes)
+	Local       LocalCall // the record, for a LocalLane
 	Ctx         context.Context
 	Fail        func(error)
 }
@@ -723,12 +759,25 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 	t.Records.Held(e.Owner, e.Lane, func(r *Record[In, Out]) {
 		seq := r.Seq.Load()
 		started := seq != 0 && seq <= e.Started
+		if e.Local {
+			started = e.Running == LocalCall(r)
+			// A submitter that met the ended lane's closed queue takes its call back with
+			// the same CAS (LocalLane.Submit): one of the two has it.
+			if e.Release && !r.Lane.CompareAndSwap(e.Lane, -1) {
+				return
+			}
+		}
 		if e.Shared != nil {
 			held, s := e.Shared(seq, r.Abort.Load())
 			if !held {
 				return
 			}
 			started = s
+		}
+		// An abandoned lane may still run: its calls are fenced, never reused, unless it
+		// has taken one back to settle it itself (runLocal) before the fence.
+		if !e.Release && !e.Keep && !r.Lane.CompareAndSwap(e.Lane, fenced) {
+			return
 		}
 		n++
 		if e.Keep {
@@ -746,7 +795,7 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 			r.Abort.Store(-1)
 			r.Seq.Store(0)
 			if e.Requeue(Retry{Def: t, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq,
-				Payload: r.Enc, Ctx: r.ctx, Fail: func(err error) { r.Fail(err); t.Records.Release(r) }}) {
+				Payload: r.Enc, Local: r, Ctx: r.ctx, Fail: func(err error) { r.Fail(err); t.Records.Release(r) }}) {
 				return
 			}
 		}
@@ -754,8 +803,6 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 		if e.Release {
 			r.Lane.Store(-1)
 			t.Records.Release(r)
-		} else {
-			r.Lane.Store(fenced)
 		}
 	})
 	return n

@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
 )
@@ -60,8 +59,9 @@ type Incarnation interface {
 // A Launch is what a lane gives its incarnation to start with. Each runtime takes the
 // fields it needs.
 type Launch struct {
-	// Exec gives the executor a goroutine runs (Start sets its Region and Lane bell).
-	Exec func() (actors.Executor, error)
+	// Exec gives what a goroutine incarnation runs over its region, parked on its bell: an
+	// *actors.Executor, or an *actors.LocalLane.
+	Exec func(region *fastpath.Region, bell fastpath.Bell) (Runner, error)
 	// Boot is a process's boot record; Files the descriptors it gets beyond its region and
 	// doorbell (a stealing pool's shared ring).
 	Boot  func() Boot
@@ -76,6 +76,9 @@ type Launch struct {
 	// Debug logs a step (the lane namespace, with the lane's identity).
 	Debug func(msg string, fields ...zap.Field)
 }
+
+// A Runner is what a goroutine incarnation runs: it returns when the lane ends.
+type Runner interface{ Run() error }
 
 // Goroutines runs lanes as goroutines of the host over heap memory. They park on a Go
 // channel, settle their own results and are never killed: a goroutine that does not stop is
@@ -118,11 +121,10 @@ func (g *goroutine) Close()                           {}
 
 // Start implements Incarnation: it runs l.Exec on a new goroutine.
 func (g *goroutine) Start(l Launch) error {
-	exec, err := l.Exec()
+	exec, err := l.Exec(g.region, g.bell)
 	if err != nil {
 		return err
 	}
-	exec.Region, exec.Lane = g.region, g.bell
 	go func() {
 		var err error
 		returned := false

@@ -48,7 +48,9 @@ func TestGoroutineIncarnationStartAndEnd(t *testing.T) {
 	}
 	ended := make(chan end, 2)
 	err = run.Start(Launch{
-		Exec:     func() (actors.Executor, error) { return actors.Executor{Local: true}, nil },
+		Exec: func(region *fastpath.Region, bell fastpath.Bell) (Runner, error) {
+			return &actors.Executor{Local: true, Region: region, Lane: bell}, nil
+		},
 		Stopping: func() bool { return true },
 		End:      func(e *Error, normal bool) { ended <- end{e, normal} },
 	})
@@ -77,7 +79,7 @@ func TestGoroutineIncarnationStartError(t *testing.T) {
 	}
 	boom := errors.New("no consumer id")
 	err = run.Start(Launch{
-		Exec: func() (actors.Executor, error) { return actors.Executor{}, boom },
+		Exec: func(*fastpath.Region, fastpath.Bell) (Runner, error) { return nil, boom },
 		End:  func(*Error, bool) { t.Error("End called for an incarnation that never started") },
 	})
 	if !errors.Is(err, boom) {

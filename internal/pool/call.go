@@ -59,6 +59,9 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	if ht := t.def.Options().HardTimeout; ht > 0 {
 		r.Hard = time.Now().Add(ht)
 	}
+	if p.local {
+		return t.callLocal(ctx, p, r)
+	}
 	c, err := t.newCall(ctx, p, r)
 	if err != nil {
 		t.abandon(r, err)
@@ -88,6 +91,37 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		l.doneWaiting()
 	} else {
 		<-r.Done() // a goroutine lane settles the call itself: no reaper, no defer
+	}
+	out, err := r.Out, r.Err
+	t.def.Records.Release(r)
+	return out, err
+}
+
+// callLocal is the rest of Call on goroutine lanes of a pool with private lanes
+// (actors.LocalLane): the record goes to a lane as it is, and the lane settles it.
+func (t *Task[In, Out]) callLocal(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (Out, error) {
+	done := ctx.Done()
+	// The balancer's lane first; dispatch for everything else (no lane ready, a full lane,
+	// a closing pool).
+	if l := p.pick(); l == nil || p.closing.Load() || l.submitLocal(&r.Lane, r) != nil {
+		if _, err := p.dispatch(ctx, actors.Call{Def: t.def, Lane: &r.Lane, Local: r, Done: done}); err != nil {
+			out, err := t.failure(ctx, err)
+			t.abandon(r, err)
+			return out, err
+		}
+	}
+	if p.cfg.CallerSpin > 0 && r.Pending() {
+		p.help(r)
+	}
+	if done != nil {
+		select {
+		case <-r.Done():
+		case <-done:
+			t.expire(ctx, p, r)
+			<-r.Done()
+		}
+	} else {
+		<-r.Done()
 	}
 	out, err := r.Out, r.Err
 	t.def.Records.Release(r)
@@ -327,6 +361,7 @@ func (p *Pool) drainAll() (settled int) {
 func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (actors.Call, error) {
 	c := actors.Call{Def: t.def, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq, Done: ctx.Done()}
 	if p.cfg.Runtime != Process {
+		c.Local = r
 		return c, nil
 	}
 	var err error

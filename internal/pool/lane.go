@@ -30,6 +30,9 @@ type lane struct {
 
 	mu   sync.Mutex
 	ring *actors.HostRing // the host end of its rings, which mu guards; set by start
+	// local, instead of ring, is a goroutine lane of a pool with private lanes: its calls
+	// go through a Go channel, run and settled by reference (actors.LocalLane).
+	local *actors.LocalLane
 
 	wake     *fastpath.Wake
 	laneBell fastpath.Bell
@@ -75,7 +78,14 @@ func (l *lane) start() error {
 	run, region := l.Run(), l.Region()
 	l.debugRegion(l.p.memory)
 	l.reaper = run.Remote() // its results wait on the return ring for a drainer
-	l.ring = l.newRing()
+	if !l.reaper && l.p.shared == nil {
+		l.local = actors.NewLocalLane(actors.LocalConfig{Owner: l, Key: l.key, Held: &l.inflight, Closing: &l.p.closing,
+			// The call it runs, and as many waiting as a ring's slots and backlog hold.
+			Capacity: 1 + fastpath.Slots + l.p.cfg.Backlog, BlockWhenFull: l.p.cfg.BlockWhenFull,
+			Region: region, Timed: l.p.obs.timed(), Panic: l.p.cfg.PanicCrashesLane})
+	} else {
+		l.ring = l.newRing()
+	}
 	l.wake, l.laneBell = region.LaneWake(), run.LaneBell()
 	l.done, l.doneBell = region.Returns().Completion(), run.DoneBell()
 	launch := lifecycle.Launch{
@@ -104,11 +114,16 @@ func (l *lane) start() error {
 	return nil
 }
 
-// executor is what a goroutine incarnation runs: it settles its results itself, right after
-// each publish, and claims from the shared ring when it has one.
-func (l *lane) executor() (actors.Executor, error) {
+// executor is what a goroutine incarnation runs: its LocalLane in a pool with private
+// lanes; in a stealing pool, an executor that settles its results itself, right after each
+// call, and claims from the shared ring.
+func (l *lane) executor(region *fastpath.Region, bell fastpath.Bell) (lifecycle.Runner, error) {
+	if l.local != nil {
+		return l.local, nil
+	}
 	cfg := l.p.cfg
-	exec := actors.Executor{
+	exec := &actors.Executor{
+		Region: region, Lane: bell,
 		Host: l.ring, Corrupt: l.corrupt, Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex,
 		Panic: cfg.PanicCrashesLane, Timed: l.p.obs.timed(),
 	}
@@ -144,7 +159,21 @@ func (l *lane) newRing() *actors.HostRing {
 
 // submit publishes c on this lane, or queues it in the backlog. It fails when the lane is
 // not ready (the caller picks another) or its backlog is full.
-func (l *lane) submit(c actors.Call) (queued bool, err error) { return l.ring.Submit(&c) }
+func (l *lane) submit(c actors.Call) error {
+	if l.local != nil {
+		return l.submitLocal(c.Lane, c.Local)
+	}
+	_, err := l.ring.Submit(&c)
+	return err
+}
+
+// queued is how many calls wait in the lane's backlog (a LocalLane: in its queue).
+func (l *lane) queued() int {
+	if l.local != nil {
+		return l.local.Queued()
+	}
+	return int(l.ring.Queued())
+}
 
 // Admit implements actors.RingOwner: a lane takes calls while it is ready.
 func (l *lane) Admit() error {
@@ -165,6 +194,53 @@ func (l *lane) Accept() {
 
 // Published implements actors.RingOwner.
 func (l *lane) Published() { l.wake.Ring(l.laneBell) }
+
+// submitLocal queues the call of record lane field lane on the lane's LocalLane: the lane
+// takes it while it is ready and holds fewer calls than its capacity.
+func (l *lane) submitLocal(lane *atomic.Int32, c actors.LocalCall) error {
+	if l.State() != lifecycle.LaneReady {
+		return errLaneGone
+	}
+	// Counted and marked before it is pushed: whoever settles it finds it counted, and the
+	// lane's end finds it held.
+	n := l.inflight.Add(1)
+	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
+		l.mu.Lock()
+		l.countCall(max)
+		l.mu.Unlock()
+	}
+	if n > l.local.Cap() {
+		l.unhold()
+		return l.local.Full()
+	}
+	lane.Store(l.key)
+	if l.local.Push(c) {
+		return nil
+	}
+	// The lane ended after the state check. Its end may have found the call by its record
+	// already (and run it elsewhere, or failed it): then it is settled.
+	if !lane.CompareAndSwap(l.key, -1) {
+		return nil
+	}
+	l.unhold()
+	return errLaneGone
+}
+
+// unhold uncounts a call that did not go into the lane's queue.
+func (l *lane) unhold() {
+	l.inflight.Add(-1)
+	l.p.callDone()
+}
+
+// Idle implements actors.LocalOwner.
+func (l *lane) Idle() {
+	if l.State() == lifecycle.LaneRetiring {
+		l.retireIdle()
+	}
+}
+
+// CallDone implements actors.LocalOwner.
+func (l *lane) CallDone() { l.p.callDone() }
 
 var errLaneGone = errors.New("lane not ready")
 
@@ -417,18 +493,32 @@ func (l *lane) wakeReaper() {
 	l.doneBell.Wake(l.done.Word())
 }
 
-// CloseLocked implements lifecycle.Rings: the lane takes no more calls; mu is held.
-func (l *lane) CloseLocked() { l.ring.CloseLocked() }
+// CloseLocked implements lifecycle.Rings: the lane takes no more calls; mu is held. (A
+// LocalLane's Admit refuses them already: the lane has ended.)
+func (l *lane) CloseLocked() {
+	if l.ring != nil {
+		l.ring.CloseLocked()
+	}
+}
 
 // Settle implements lifecycle.Rings: it fences the rings and settles what the lane held with
 // e. release is false for a lane whose goroutine may still run (abandoned): its records are
 // never reused.
 func (l *lane) Settle(e *lifecycle.Error, release bool) {
-	l.ring.Fence(release)
-	l.DebugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
 	end := actors.LaneEnd{Owner: l.p.id, Lane: l.key, Release: release, Requeue: l.p.requeue, Err: laneEndError(l, e)}
-	if release {
-		end.Started = fastpath.Started(l.Region().Running().Load())
+	if x := l.local; x != nil {
+		x.Seal()
+		l.DebugTo(l.p.fastLog, "queue sealed", zap.Bool("release", release))
+		end.Local = true
+		if release { // the lane goroutine has ended: what it ran last is no longer written
+			end.Running = x.Running()
+		}
+	} else {
+		l.ring.Fence(release)
+		l.DebugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
+		if release {
+			end.Started = fastpath.Started(l.Region().Running().Load())
+		}
 	}
 	held := 0
 	for _, d := range l.p.defs {
@@ -448,8 +538,13 @@ func (l *lane) Settle(e *lifecycle.Error, release bool) {
 }
 
 // StopRequested implements lifecycle.Rings: an idle reaper waits for the acknowledgement
-// from now on.
-func (l *lane) StopRequested() { l.kickReaper() }
+// from now on; a LocalLane waiting for calls looks at its stop word.
+func (l *lane) StopRequested() {
+	if l.local != nil {
+		l.local.Nudge()
+	}
+	l.kickReaper()
+}
 
 // LetGo implements lifecycle.Rings: the reaper lets go of the region.
 func (l *lane) LetGo() {

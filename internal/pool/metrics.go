@@ -445,7 +445,7 @@ func (p *Pool) startObserving() error {
 			attrs, byState := m.lane(i, states)
 			var inflight, queued int64
 			if l := p.monLane(i); l != nil && l.State() != lifecycle.LaneEnded {
-				inflight, queued = int64(l.inflight.Load()), int64(l.ring.Queued())
+				inflight, queued = int64(l.inflight.Load()), int64(l.queued())
 			}
 			ob.ObserveInt64(m.inflight, inflight, attrs)
 			ob.ObserveInt64(m.queued, queued, attrs)

@@ -47,6 +47,7 @@ type Pool struct {
 	lingering, handover atomic.Bool
 	spinMisses          atomic.Int32 // spins in a row that ran out of budget: at coldAfter, callers park at once
 	reaped              bool         // process lanes: results wait on return rings for a drainer
+	local               bool         // goroutine lanes of a pool with private lanes (actors.LocalLane)
 	closing             atomic.Bool
 	requeued            atomic.Int64  // calls that lost their lane and look for another
 	drained             chan struct{} // closed when closing and nothing is in flight
@@ -156,6 +157,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.shared = shared
+	p.local = cfg.Runtime != Process && shared == nil
 	started := false
 	defer func() {
 		if !started && shared != nil {
@@ -173,7 +175,11 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		}
 		p.openProcesses()
 	} else {
-		p.runtime = lifecycle.Goroutines{Inline: cfg.Payload.Inline, Epoch: p.epoch.UnixNano()}
+		inline := cfg.Payload.Inline
+		if p.local {
+			inline = 64 // a LocalLane uses its region's stop word and counters, not its rings
+		}
+		p.runtime = lifecycle.Goroutines{Inline: inline, Epoch: p.epoch.UnixNano()}
 		p.memory = "heap"
 	}
 	if !supervised {
@@ -477,7 +483,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 				}
 			}
 		}
-		_, err := l.submit(c)
+		err := l.submit(c)
 		if err == nil {
 			return l, nil
 		}
@@ -535,7 +541,7 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 		}
 		if s.inflight.Load() == 0 && !s.always.Load() {
 			if l := p.idleLane(); l != nil {
-				if _, err := l.submit(c); err == nil {
+				if err := l.submit(c); err == nil {
 					return l, nil
 				}
 				// The lane went away or stopped taking calls: the shared ring decides.
@@ -562,7 +568,7 @@ func (p *Pool) requeue(r actors.Retry) bool {
 		return false
 	}
 	p.requeued.Add(1) // the call is the pool's while it looks for a lane
-	c := actors.Call{Def: r.Def, ID: r.ID, Gen: r.Gen, Lane: r.Lane, Abort: r.Abort, Seq: r.Seq, Payload: r.Payload, Done: r.Ctx.Done()}
+	c := actors.Call{Def: r.Def, ID: r.ID, Gen: r.Gen, Lane: r.Lane, Abort: r.Abort, Seq: r.Seq, Payload: r.Payload, Local: r.Local, Done: r.Ctx.Done()}
 	if d, ok := r.Ctx.Deadline(); ok && p.cfg.Runtime == Process {
 		c.Deadline = d.UnixNano()
 	}
@@ -748,7 +754,7 @@ func (p *Pool) Stats() Stats {
 		// the old one: its PID and counters are not this incarnation's.
 		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.Inc == ls.Incarnation) {
 			st := l.Counters()
-			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), int(l.ring.Queued()), l.claimed.Load()
+			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), l.queued(), l.claimed.Load()
 			if sh := p.shared; sh != nil && l.cid >= 0 {
 				ls.Holding = sh.prod.Held(l.cid)
 			}

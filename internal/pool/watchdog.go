@@ -60,7 +60,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 					continue
 				}
 				l.drain()
-				if l.ring.Queued() > 0 {
+				if l.queued() > 0 {
 					l.flush() // a backlog is moved on submit and after results: never left behind
 				}
 				l.ringStalled()
