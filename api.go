@@ -68,11 +68,9 @@ type Steal = pool.Steal
 
 // Steal modes.
 const (
-	// StealAuto (the default) is knit's choice: private lanes for now, because stealing
-	// still costs uniform calls more than it gains (docs/benchmarks.md, "Work stealing").
-	// When it turns on it will steal only in pools of 2 to 31 lanes whose Balancer is the
-	// default and whose process lanes are not sandboxed (untrusted code must not share a
-	// mapping with other lanes).
+	// StealAuto (the default) is knit's choice: in pools of 2 to 31 lanes whose Balancer
+	// is the default, goroutine lanes steal with StealLocal; process lanes keep private
+	// lanes for now (docs/stealing.md, "The default"). Other pools use private lanes.
 	StealAuto = pool.StealAuto
 	// StealOff sends every call to one lane's private ring, chosen by the Balancer.
 	StealOff = pool.StealOff
@@ -80,6 +78,9 @@ const (
 	StealTicket = pool.StealTicket
 	// StealDekker: lanes claim regions of the ring, announcing themselves in WANT words.
 	StealDekker = pool.StealDekker
+	// StealLocal (goroutine lanes only): a lane with nothing to run takes the calls waiting
+	// on a busy lane's own queue, with no slot ring and no claim journal.
+	StealLocal = pool.StealLocal
 )
 
 // Payload sets the sizes of the fast path.

@@ -16,7 +16,11 @@ import (
 func BenchmarkSteal(b *testing.B) {
 	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
 		for _, lanes := range []int{2, 4} {
-			for _, mode := range []knit.Steal{knit.StealOff, knit.StealTicket, knit.StealDekker} {
+			modes := []knit.Steal{knit.StealOff, knit.StealTicket, knit.StealDekker}
+			if rt == knit.Goroutine {
+				modes = append(modes, knit.StealLocal)
+			}
+			for _, mode := range modes {
 				cfg := knit.Config{Runtime: rt, Lanes: lanes, Steal: mode}
 				name := func(shape string) string { return fmt.Sprintf("%s/lanes=%d/%s/%s", rt, lanes, mode, shape) }
 				b.Run(name("call"), func(b *testing.B) { benchDefaultCall(b, cfg) })

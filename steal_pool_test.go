@@ -44,22 +44,26 @@ var (
 
 var stealTasks = []knit.Definition{add, holdPID, holdOnce, sleepy}
 
-// Which pools steal: those that ask, with 31 lanes at most; the default is private lanes
-// (StealAuto does not steal yet).
+// Which pools steal: those that ask (with 31 lanes at most on a ring), and by default the
+// goroutine pools of 2 to 31 lanes with the default balancer, stealing from each other.
 func TestStealModeChosen(t *testing.T) {
 	cases := []struct {
 		cfg  knit.Config
 		want knit.Steal
 	}{
-		{knit.Config{Lanes: 2}, knit.StealOff},
+		{knit.Config{Lanes: 2}, knit.StealLocal},
+		{knit.Config{Lanes: 31}, knit.StealLocal},
+		{knit.Config{Lanes: 2, Runtime: knit.Process}, knit.StealOff},
 		{knit.Config{Lanes: 1}, knit.StealOff},
 		{knit.Config{Lanes: 2, Balancer: knit.RoundRobin}, knit.StealOff},
 		{knit.Config{Lanes: 2, Steal: knit.StealOff}, knit.StealOff},
 		{knit.Config{Lanes: 1, Steal: knit.StealTicket}, knit.StealTicket},
 		{knit.Config{Lanes: 3, Steal: knit.StealDekker}, knit.StealDekker},
 		{knit.Config{Lanes: 2, Balancer: knit.Random, Steal: knit.StealTicket}, knit.StealTicket},
+		{knit.Config{Lanes: 1, Steal: knit.StealLocal}, knit.StealLocal},
 		{knit.Config{Lanes: 32}, knit.StealOff},
 		{knit.Config{Lanes: 32, Steal: knit.StealTicket}, knit.StealOff},
+		{knit.Config{Lanes: 40, Steal: knit.StealLocal}, knit.StealLocal},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%d/%v/%v", c.cfg.Lanes, c.cfg.Steal, c.cfg.Balancer), func(t *testing.T) {
@@ -79,6 +83,9 @@ func TestStealModeChosen(t *testing.T) {
 	}
 	if _, err := knit.NewPool(knit.Config{Lanes: 2, Steal: knit.StealDekker, MaxCallsPerLane: 10, Logger: quiet()}, add); err == nil {
 		t.Error("a recycling StealDekker pool was accepted")
+	}
+	if _, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Steal: knit.StealLocal, Logger: quiet()}, add); !errors.Is(err, knit.ErrPoolUnavailable) {
+		t.Errorf("a StealLocal pool of process lanes: %v, want POOL_UNAVAILABLE", err)
 	}
 }
 

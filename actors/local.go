@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -10,29 +11,33 @@ import (
 	"github.com/knitgo/knit/internal/latency"
 )
 
-// A LocalLane is a goroutine lane of a pool with private lanes, both ends of it: the queue
-// its callers submit to and the loop the lane goroutine runs. Nothing of a call crosses a
-// process boundary, so nothing goes through a slot ring: the queue links the calls' records
-// themselves, and the lane runs and settles them by reference. A slot ring in heap memory
-// cost a goroutine-lane call the ring's mutex, a slot header, two doorbell handshakes and
-// two lookups of the record by index; a Go channel in its place cost a contended runtime
-// lock per call on each side (docs/benchmarks.md, "Goroutine lanes without a ring").
+// A LocalLane is a goroutine lane, both ends of it: the queue its callers submit to and the
+// loop the lane goroutine runs. Nothing of a call crosses a process boundary, so nothing
+// goes through a slot ring: the queue links the calls' records themselves, and the lane
+// runs and settles them by reference. A slot ring in heap memory cost a goroutine-lane call
+// the ring's mutex, a slot header, two doorbell handshakes and two lookups of the record by
+// index; a Go channel in its place cost a contended runtime lock per call on each side
+// (docs/benchmarks.md, "Goroutine lanes without a ring").
 //
 // The queue is one word, head: a stack of the calls submitted and not taken yet, linked
 // through their records, or a mark. A submitter pushes with one CAS; the lane takes the
 // whole stack with another and runs it oldest first. A lane that finds the stack empty
-// swaps in the asleep mark and parks on its bell; the submitter that replaces the mark (by
-// handed, which counts as empty) hands its call over on the bell itself, so a call to a
-// sleeping lane costs one CAS and one channel hand-off, and a busy lane costs its
-// submitters no wake-up at all. The lane's end swaps in the closed mark, after which no
-// call is pushed.
+// yields a few times while calls keep coming that soon (spun), then swaps in the asleep
+// mark and parks on its bell; the submitter that replaces the mark (by handed, which counts
+// as empty) hands its call over on the bell itself, so a call to a sleeping lane costs one
+// CAS and one channel hand-off, and a busy lane costs its submitters no wake-up at all. The
+// lane's end swaps in the closed mark, after which no call is pushed.
+//
+// In a stealing pool the lanes form a LocalGroup: a lane that has run dry takes the whole
+// stack of a stuck peer before it parks (localsteal.go).
 //
 // Queue closure works as on any lane: a submitter names the lane in the call's record
 // (Lane) before it pushes, the host finds every call the lane held by that field, and the
 // one the lane was running when it died is the one in its cur field. The record's Lane
 // field is also who settles a call: the lane takes it back (from the lane's key to -1) with
 // a CAS after it ran the call, the host with a CAS when the lane has ended or is abandoned,
-// and a submitter that met the closed mark with a CAS as well.
+// a submitter that met the closed mark with a CAS as well, and a thief moves it to its own
+// key with one.
 type LocalLane struct {
 	key     int32
 	owner   LocalOwner
@@ -40,6 +45,7 @@ type LocalLane struct {
 	closing *atomic.Bool  // the pool is closing: the owner hears of every settled call
 	cap     int32         // calls held at most
 	block   bool
+	group   *LocalGroup // a stealing pool's lanes (nil: none)
 
 	_    [64]byte
 	head atomic.Pointer[localNode] // the submitters' line
@@ -50,17 +56,36 @@ type LocalLane struct {
 	space    chan struct{} // closed when a full lane has room again (BlockWhenFull)
 	wantRoom atomic.Bool   // a submitter waits on space
 	sealed   bool          // under roomMu: the lane has ended; space stays closed
+	// thieves is held by a peer that has taken this lane's stack until it has moved every
+	// call of it to its own key; Seal waits for it, so that the host's look for this
+	// lane's calls meets none half-moved.
+	thieves sync.Mutex
 
-	_     [64]byte
-	stop  *atomic.Uint32 // the region's stop word
-	stats fastpath.Stats
-	timed bool
-	panic bool
-	batch []LocalCall // the calls taken from head, newest first; run from the end
-	cur   LocalCall   // the call running; it stays set when the lane dies in it
-	began time.Duration
-	err   error // a panic that crashes the lane (PanicCrashesLane)
+	_       [64]byte
+	stop    *atomic.Uint32 // the region's stop word
+	open    *atomic.Uint32 // the region's open word: in a group, the lane steals while it is 1
+	claimed atomic.Uint64  // calls it took from peers
+	stats   fastpath.Stats
+	timed   bool
+	panic   bool
+	batch   []LocalCall             // the calls taken, newest first; run from the end
+	seen    map[*LocalLane]sighting // in a group: what the lane's hunts saw of its peers
+	hunts   uint64                  // how many times it has hunted, and parked
+	cur     LocalCall               // the call running; it stays set when the lane dies in it
+	began   time.Duration
+	// spin is how many times the lane has yielded looking for calls since it last had
+	// one; budget how many it may (spun adapts it); parks how many times in a row it parked
+	// without spinning.
+	spin, budget, parks int
+	err                 error // a panic that crashes the lane (PanicCrashesLane)
 }
+
+// maxSpins bounds how many times a lane yields (runtime.Gosched) looking for calls before it
+// parks; parksToSpin is how many parks in a row make it try one yield again.
+const (
+	maxSpins    = 4
+	parksToSpin = 8
+)
 
 // The marks head holds besides a stack of calls (nil, too, is an empty stack).
 var (
@@ -69,17 +94,22 @@ var (
 	localClosed = new(localNode) // the lane has ended: nothing is pushed any more
 )
 
+// isMark reports whether n is one of head's marks, not a call.
+func isMark(n *localNode) bool { return n == localAsleep || n == localHanded || n == localClosed }
+
 // LocalCall is a call as a LocalLane queues it: its record.
 type LocalCall interface {
 	runLocal(x *LocalLane)
 	// panicked settles the call the lane was running when its task panicked with v.
 	panicked(x *LocalLane, v any, stack []byte)
+	// moveTo moves the call from lane from to lane to (false: it is not from's any more).
+	moveTo(from, to *LocalLane) bool
 	node() *localNode
 }
 
 // localNode links a record into a LocalLane's stack. next is a plain field: a submitter
-// writes it before the CAS that publishes the node, and the lane reads it after the CAS
-// that takes the stack.
+// writes it before the CAS that publishes the node, and the lane (or a thief) reads it after
+// the CAS that takes the stack.
 type localNode struct {
 	next *localNode
 	call LocalCall
@@ -89,7 +119,8 @@ type localNode struct {
 // itself (the lane only pushes them: Push); the lane tells it of the calls it settles.
 type LocalOwner interface {
 	// Idle: the lane's count of held calls went down to zero (as it settled a call, before
-	// its caller woke). CallDone: a call settled while the pool was closing.
+	// its caller woke, or a peer took its calls). CallDone: a call settled while the pool
+	// was closing.
 	Idle()
 	CallDone()
 	Wrapper
@@ -108,19 +139,26 @@ type LocalConfig struct {
 	// room.
 	Capacity      int
 	BlockWhenFull bool
-	// Region is the lane's region: its stop word and counters.
+	// Region is the lane's region: its stop word, open word and counters.
 	Region *fastpath.Region
 	// Timed has the lane time each call for the record's observer; Panic makes a task
 	// panic end the lane (PanicCrashesLane).
 	Timed, Panic bool
+	// Group, if set, is the stealing pool's lanes: the lane joins it, and while its region's
+	// open word is 1 it takes calls from busy peers when it has none of its own.
+	Group *LocalGroup
 }
 
-// NewLocalLane returns a LocalLane.
+// NewLocalLane returns a LocalLane (a member of c.Group, if set).
 func NewLocalLane(c LocalConfig) *LocalLane {
-	return &LocalLane{key: c.Key, owner: c.Owner, held: c.Held, closing: c.Closing,
-		cap: int32(max(c.Capacity, 1)), block: c.BlockWhenFull,
+	x := &LocalLane{key: c.Key, owner: c.Owner, held: c.Held, closing: c.Closing,
+		cap: int32(max(c.Capacity, 1)), block: c.BlockWhenFull, group: c.Group,
 		bell: make(chan *localNode, 1), space: make(chan struct{}),
-		stop: c.Region.Stop(), stats: c.Region.Stats(), timed: c.Timed, panic: c.Panic}
+		stop: c.Region.Stop(), open: c.Region.Open(), stats: c.Region.Stats(), timed: c.Timed, panic: c.Panic}
+	if x.group != nil {
+		x.group.join(x)
+	}
+	return x
 }
 
 // closedSpace is the Space of a full LocalLane's BacklogFull without BlockWhenFull, or once
@@ -133,8 +171,9 @@ func (x *LocalLane) Cap() int32 { return x.cap }
 // Push queues call c, which its owner has admitted, counted in Held and named the lane's in
 // its record's Lane field, on the lane; false once the lane has ended (Seal), when the owner
 // takes the call back from the record's Lane field with a CAS, or finds that the lane's
-// end has settled it already.
-func (x *LocalLane) Push(c LocalCall) bool {
+// end has settled it already. busy says the lane held calls before this one: in an eager
+// group, a parked peer is woken to take them if this lane is stuck.
+func (x *LocalLane) Push(c LocalCall, busy bool) bool {
 	n := c.node()
 	for {
 		old := x.head.Load()
@@ -154,6 +193,9 @@ func (x *LocalLane) Push(c LocalCall) bool {
 			n.next = old
 		}
 		if x.head.CompareAndSwap(old, n) {
+			if busy && x.group != nil && x.group.eager {
+				x.group.pushed() // after the push (a full barrier): see LocalGroup.idle
+			}
 			return true
 		}
 	}
@@ -196,19 +238,27 @@ func (x *LocalLane) room() {
 func (x *LocalLane) Queued() int { return max(int(x.held.Load())-1, 0) }
 
 // Nudge wakes the lane if it sleeps, so that it looks at its stop word, which the host has
-// set before (a lane that does not sleep looks at it before it parks).
-func (x *LocalLane) Nudge() {
+// set before (a lane that does not sleep looks at it before it parks). It reports whether
+// the lane slept.
+func (x *LocalLane) Nudge() bool {
 	if x.head.CompareAndSwap(localAsleep, localHanded) {
 		x.bell <- nil
+		return true
 	}
+	return false
 }
 
 // Seal closes the queue once the owner's Admit refuses every call: nothing is pushed from
-// now on, so the host finds every call the lane held by its records (those left on the
-// stack are never run: their records still name the lane). Submitters waiting for room
-// are let go.
+// now on, and no peer moves a call away, so the host finds every call the lane held by its
+// records (those left on the stack are never run: their records still name the lane).
+// Submitters waiting for room are let go.
 func (x *LocalLane) Seal() {
 	x.head.Swap(localClosed)
+	x.thieves.Lock() // a thief that took the stack before the swap has finished moving it
+	x.thieves.Unlock()
+	if x.group != nil {
+		x.group.leave(x)
+	}
 	x.roomMu.Lock()
 	if !x.sealed {
 		x.sealed = true
@@ -220,6 +270,9 @@ func (x *LocalLane) Seal() {
 // Running is the call the lane was running when it ended (nil: none). Only for a lane
 // whose goroutine has ended.
 func (x *LocalLane) Running() LocalCall { return x.cur }
+
+// Claimed is how many calls the lane took from its peers.
+func (x *LocalLane) Claimed() uint64 { return x.claimed.Load() }
 
 // Run serves calls until the host asks the lane to stop, which it acknowledges once its
 // queue is empty. It returns the *PanicError of a task that panicked when panics crash the
@@ -256,37 +309,98 @@ func (x *LocalLane) serve() (stop bool) {
 	}
 }
 
-// take waits for calls and takes them all into batch; false once the host has asked the
-// lane to stop and no call waits (or the queue is closed: an abandoned lane that returned).
+// take waits for calls and takes them all into batch (in a group, a stuck peer's, when the
+// lane has none of its own and is about to park); false once the host has asked the lane
+// to stop and no call waits (or the queue is closed: an abandoned lane that returned).
 func (x *LocalLane) take() bool {
 	for {
 		old := x.head.Load()
-		switch old {
-		case localClosed:
-			return false
-		case nil, localHanded, localAsleep: // (asleep: not after Run's last park)
-			if old != localAsleep && !x.head.CompareAndSwap(old, localAsleep) {
+		if !isMark(old) && old != nil {
+			if !x.head.CompareAndSwap(old, nil) {
 				continue
 			}
-			// After the mark (a full barrier): a stop request stored before it is seen
-			// here, one stored after it is followed by a Nudge that finds the mark.
-			if x.stop.Load() != fastpath.StopRunning && x.head.CompareAndSwap(localAsleep, nil) {
-				return false // a call pushed from now on is found by the lane's end
-			}
-			if n := <-x.bell; n != nil {
+			x.spun(true)
+			for n := old; n != nil; n = n.next {
 				x.batch = append(x.batch, n.call)
-				return true
 			}
-			continue // a nudge
+			return true
 		}
-		if !x.head.CompareAndSwap(old, nil) {
+		if old == localClosed {
+			return false
+		}
+		if old != localAsleep && x.spin < x.budget {
+			x.spin++
+			runtime.Gosched()
 			continue
 		}
-		for n := old; n != nil; n = n.next {
-			x.batch = append(x.batch, n.call)
+		if old != localAsleep {
+			switch x.look() {
+			case huntStolen:
+				x.spun(true)
+				return true
+			case huntWatch:
+				runtime.Gosched()
+				continue
+			}
 		}
-		return true
+		x.spun(false)
+		if old != localAsleep && !x.head.CompareAndSwap(old, localAsleep) {
+			continue
+		}
+		// After the mark (a full barrier): a stop request stored before it is seen here,
+		// and one stored after it is followed by a Nudge that finds the mark. In an eager
+		// group the same goes for a call pushed onto a busy peer (LocalGroup.idle).
+		counted := false
+		if g := x.group; g != nil && g.eager && x.stealing() {
+			if !g.idle(x) {
+				counted = true
+			} else if x.head.CompareAndSwap(localAsleep, nil) {
+				continue // a peer has calls this hunt has not seen move: hunt them
+			}
+			// (else something was handed over meanwhile: the bell has it)
+		} else if x.stop.Load() != fastpath.StopRunning && x.head.CompareAndSwap(localAsleep, nil) {
+			return false // a call pushed from now on is found by the lane's end
+		}
+		n := <-x.bell
+		if counted {
+			x.group.awake()
+		}
+		x.hunts++ // a new hunt after each park
+		if n != nil {
+			x.batch = append(x.batch, n.call)
+			return true
+		}
+		// A nudge: a stop request, a stealing lane opened (lane.Open), or (eager group) a
+		// call pushed onto a busy peer.
 	}
+}
+
+// spun adapts the lane's spin budget: it found a call (found), or it is about to park.
+// Spinning pays while calls come within a few yields of each other (a caller that waits
+// for each result, on a P the lane yields to, gets it and calls again without the lane
+// parking on its bell and the caller handing the call over on it); it doubles while it
+// finds calls and halves when it does not, and after parksToSpin parks in a row the lane
+// tries one yield again.
+func (x *LocalLane) spun(found bool) {
+	switch {
+	case found && x.spin > 0:
+		x.budget = min(2*x.budget+1, maxSpins)
+		x.parks = 0
+	case found:
+	case x.spin > 0:
+		x.budget /= 2
+	default:
+		if x.parks++; x.parks >= parksToSpin && x.budget == 0 {
+			x.budget, x.parks = 1, 0
+		}
+	}
+	x.spin = 0
+}
+
+// stealing reports whether the lane takes calls from its peers now: it is open to it (a
+// retiring lane is not) and has not been asked to stop.
+func (x *LocalLane) stealing() bool {
+	return x.open.Load() != 0 && x.stop.Load() == fastpath.StopRunning
 }
 
 // runLocal implements LocalCall: the lane runs the call by reference and settles it.
@@ -359,6 +473,11 @@ func (r *Record[In, Out]) settleLocal(x *LocalLane, o Outcome, out Out, err erro
 	if x.closing.Load() {
 		x.owner.CallDone()
 	}
+}
+
+// moveTo implements LocalCall.
+func (r *Record[In, Out]) moveTo(from, to *LocalLane) bool {
+	return r.Lane.CompareAndSwap(from.key, to.key)
 }
 
 func (r *Record[In, Out]) node() *localNode { return &r.link }

@@ -34,6 +34,7 @@ func (o *localOwner) Wrap(_ Def, oc Outcome, err error) error { return &wrapped{
 
 type localHarness struct {
 	t      *testing.T
+	key    int32
 	x      *LocalLane
 	owner  *localOwner
 	region *fastpath.Region
@@ -50,11 +51,17 @@ func newLocalHarness(t *testing.T, cfg LocalConfig) *localHarness {
 		t.Fatal(err)
 	}
 	o := &localOwner{}
-	cfg.Owner, cfg.Key, cfg.Held, cfg.Closing, cfg.Region = o, localKey, &o.held, &o.closing, region
+	if cfg.Key == 0 {
+		cfg.Key = localKey
+	}
+	cfg.Owner, cfg.Held, cfg.Closing, cfg.Region = o, &o.held, &o.closing, region
 	if cfg.Capacity == 0 {
 		cfg.Capacity = 1 << 20
 	}
-	return &localHarness{t: t, x: NewLocalLane(cfg), owner: o, region: region, ended: make(chan struct{})}
+	if cfg.Group != nil {
+		region.Open().Store(1) // as the pool's lane.Open does
+	}
+	return &localHarness{t: t, key: cfg.Key, x: NewLocalLane(cfg), owner: o, region: region, ended: make(chan struct{})}
 }
 
 // start runs the lane on a goroutine of its own; the test stops it at its end if it still
@@ -89,11 +96,11 @@ func (h *localHarness) stop() {
 // submit queues r as the pool does; false: the lane had ended, and r was taken back.
 func submit[In, Out any](h *localHarness, r *Record[In, Out]) bool {
 	h.owner.held.Add(1)
-	r.Lane.Store(localKey)
-	if h.x.Push(r) {
+	r.Lane.Store(h.key)
+	if h.x.Push(r, h.owner.held.Load() > 1) {
 		return true
 	}
-	if !r.Lane.CompareAndSwap(localKey, -1) {
+	if !r.Lane.CompareAndSwap(h.key, -1) {
 		return true // the lane's end has it
 	}
 	h.owner.held.Add(-1)
@@ -514,5 +521,138 @@ func TestLocalLaneFull(t *testing.T) {
 	b.x.Seal()
 	if !open(sp) || !open(space(b.x.Full())) {
 		t.Fatal("Space not closed once the lane is sealed")
+	}
+}
+
+// A lane stuck in a call with calls waiting behind it: a peer of its group that has run dry
+// takes them (once the stuck lane has finished none for stallAfter) and runs them, while the
+// stuck call goes on; the calls are the peer's from then on, in its count.
+func TestLocalGroupStealsFromStuckLane(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	task := defineTest(t, func(ctx context.Context, n int) (int, error) {
+		if n == 0 {
+			started <- struct{}{}
+			<-release
+		}
+		return n, nil
+	}, Options{})
+	g := NewLocalGroup(false)
+	a := newLocalHarness(t, LocalConfig{Key: 1, Group: g}).start()
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release) // a failed test: let the stuck lane end
+		}
+	})
+	stuck := startCall(t, task, context.Background(), 0, 1, -1)
+	submit(a, stuck)
+	<-started
+	b := newLocalHarness(t, LocalConfig{Key: 2, Group: g}).start() // it cannot take the stuck call now
+	var waiting []*Record[int, int]
+	for i := 1; i <= 5; i++ {
+		r := startCall(t, task, context.Background(), i, 1, -1)
+		submit(a, r)
+		waiting = append(waiting, r)
+	}
+	// b has run dry long ago, and parked: the next call it gets wakes it, and when it has
+	// run that one it hunts.
+	kick := startCall(t, task, context.Background(), 9, 1, -1)
+	submit(b, kick)
+	if out, err := await(t, task, kick); err != nil || out != 9 {
+		t.Fatalf("call on the free lane: %d, %v", out, err)
+	}
+	for _, r := range waiting {
+		if out, err := await(t, task, r); err != nil || out == 0 {
+			t.Fatalf("waiting call: %d, %v", out, err)
+		}
+	}
+	if got := b.x.Claimed(); got != 5 {
+		t.Fatalf("the free lane claimed %d calls, want the 5 waiting", got)
+	}
+	if a.owner.held.Load() != 1 || b.owner.held.Load() != 0 {
+		t.Fatalf("held: stuck lane %d (want its 1 call), free lane %d", a.owner.held.Load(), b.owner.held.Load())
+	}
+	close(release)
+	if out, err := await(t, task, stuck); err != nil || out != 0 {
+		t.Fatalf("stuck call: %d, %v", out, err)
+	}
+}
+
+// A thief racing its victim's end: every call the victim held runs once, on the victim or
+// the thief, or is found by the victim's end (FailLane) and requeued; none is lost, none is
+// both.
+func TestLocalGroupStealRacesVictimEnd(t *testing.T) {
+	var ran sync.Map
+	var exit chan struct{}
+	started := make(chan struct{}, 1)
+	task := defineTest(t, func(ctx context.Context, n int) (int, error) {
+		if n < 0 {
+			started <- struct{}{}
+			<-exit
+			runtime.Goexit()
+		}
+		if _, dup := ran.LoadOrStore(n, true); dup {
+			return 0, fmt.Errorf("call %d ran twice", n)
+		}
+		return n, nil
+	}, Options{})
+	stolen, requeuedAll := uint64(0), 0
+	for round := range 40 {
+		exit = make(chan struct{})
+		g := NewLocalGroup(false)
+		a := newLocalHarness(t, LocalConfig{Key: 1, Group: g}).start()
+		dying := startCall(t, task, context.Background(), -1, 1, -1)
+		submit(a, dying)
+		<-started
+		b := newLocalHarness(t, LocalConfig{Key: 2, Group: g}).start() // it cannot take the dying call now
+		var rs []*Record[int, int]
+		for i := range 40 {
+			r := startCall(t, task, context.Background(), round*1000+i, 1, -1)
+			submit(a, r)
+			rs = append(rs, r)
+		}
+		kick := startCall(t, task, context.Background(), round*1000+999, 1, -1)
+		submit(b, kick) // b wakes, runs it, runs dry and hunts while a dies
+		if round%2 == 1 {
+			waitFor(t, "a steal", func() bool { return b.x.Claimed() > 0 })
+		}
+		close(exit)
+		<-a.ended
+		a.x.Seal()
+		end := newLaneEnd(1, 1, 0, true)
+		end.Local = true
+		end.Running = a.x.Running()
+		task.FailLane(end.LaneEnd)
+		requeued := map[uint32]bool{}
+		for _, rt := range end.retries {
+			requeued[rt.ID] = true
+		}
+		if _, err := await(t, task, kick); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if requeued[r.ID] {
+				if !r.Pending() {
+					t.Fatalf("round %d: call %d both requeued and settled", round, r.In)
+				}
+				releaseCall(task, r)
+				continue
+			}
+			want := r.In
+			if out, err := await(t, task, r); err != nil || out != want {
+				t.Fatalf("round %d: call %d: %d, %v", round, want, out, err)
+			}
+		}
+		<-dying.Done()
+		endErrOf(t, dying.Err) // the call it died in fails with the lane's end
+		task.Records.Release(dying)
+		stolen += b.x.Claimed()
+		requeuedAll += len(requeued)
+		b.stop()
+	}
+	if stolen == 0 || requeuedAll == 0 {
+		t.Fatalf("over 40 rounds %d calls were stolen and %d requeued: the race was not run", stolen, requeuedAll)
 	}
 }

@@ -32,7 +32,8 @@ import (
 //   - uniform workload (every call instant, knitInc): window 1024 and
 //     sequential Call — what stealing costs where there is nothing to steal.
 //
-// Rows: stealing with each discipline (Steal: StealTicket, StealDekker), and
+// Rows: stealing with each discipline (Steal: StealTicket, StealDekker, and on
+// goroutine lanes StealLocal, their default), and
 // private lanes (Steal: StealOff) with each Balancer. Every row name
 // contains "steal" ("steal Ticket", "steal off, RoundRobin"), so
 // `-filter steal` runs them alone. The targets are in stealTargets.
@@ -78,27 +79,31 @@ type dispatch struct {
 	key      string // rowMeta.Dispatch
 	steal    knit.Steal
 	balancer knit.Balancer
+	// goroutines: the dispatch exists for goroutine lanes only.
+	goroutines bool
 }
 
 // Dispatch keys of the stealing rows.
 const (
 	dispatchTicket      = "steal-ticket"
 	dispatchDekker      = "steal-dekker"
+	dispatchLocal       = "steal-local"
 	dispatchLeastLoaded = "private-least-loaded"
 	dispatchRoundRobin  = "private-round-robin"
 )
 
 var (
 	stealDispatches = []dispatch{
-		{"steal Ticket", dispatchTicket, knit.StealTicket, knit.LeastLoaded},
-		{"steal Dekker", dispatchDekker, knit.StealDekker, knit.LeastLoaded},
+		{"steal Ticket", dispatchTicket, knit.StealTicket, knit.LeastLoaded, false},
+		{"steal Dekker", dispatchDekker, knit.StealDekker, knit.LeastLoaded, false},
+		{"steal Local", dispatchLocal, knit.StealLocal, knit.LeastLoaded, true},
 	}
 	privateDispatches = []dispatch{
-		{"steal off, LeastLoaded", dispatchLeastLoaded, knit.StealOff, knit.LeastLoaded},
-		{"steal off, RoundRobin", dispatchRoundRobin, knit.StealOff, knit.RoundRobin},
-		{"steal off, FirstIdle", "private-first-idle", knit.StealOff, knit.FirstIdle},
-		{"steal off, Random", "private-random", knit.StealOff, knit.Random},
-		{"steal off, FirstIdleOrRandom", "private-first-idle-or-random", knit.StealOff, knit.FirstIdleOrRandom},
+		{"steal off, LeastLoaded", dispatchLeastLoaded, knit.StealOff, knit.LeastLoaded, false},
+		{"steal off, RoundRobin", dispatchRoundRobin, knit.StealOff, knit.RoundRobin, false},
+		{"steal off, FirstIdle", "private-first-idle", knit.StealOff, knit.FirstIdle, false},
+		{"steal off, Random", "private-random", knit.StealOff, knit.Random, false},
+		{"steal off, FirstIdleOrRandom", "private-first-idle-or-random", knit.StealOff, knit.FirstIdleOrRandom, false},
 	}
 )
 
@@ -110,6 +115,9 @@ func stealScenarios() []scenario {
 			impl = implKnitProcess
 		}
 		for _, d := range slices.Concat(stealDispatches, privateDispatches) {
+			if d.goroutines && rt != knit.Goroutine {
+				continue
+			}
 			cfg := knit.Config{Lanes: stealLanes, Runtime: rt, Steal: d.steal, Balancer: d.balancer}
 			prefix := fmt.Sprintf("knit %s, %d lanes, %s", rt, stealLanes, d.label)
 			meta := func(workload, shape string, window int) rowMeta {
@@ -268,6 +276,9 @@ func stealTargets(rs rowSet) []targetResult {
 	for _, impl := range []string{implKnitProcess, implKnitGoroutine} {
 		rt := strings.TrimPrefix(impl, "knit-")
 		for _, d := range stealDispatches {
+			if d.goroutines && impl != implKnitGoroutine {
+				continue
+			}
 			steal := func(workload, shape string, window int) *result {
 				return rs.findDispatch(impl, shape, stealLanes, window, workload, d.key)
 			}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -37,7 +38,15 @@ func TestPercentile(t *testing.T) {
 // alone, and each (runtime, dispatch) has the four rows the targets use.
 func TestStealRows(t *testing.T) {
 	rows := stealScenarios()
-	if want := 2 * (len(stealDispatches) + len(privateDispatches)) * 4; len(rows) != want {
+	want := 0
+	for _, d := range slices.Concat(stealDispatches, privateDispatches) {
+		if d.goroutines {
+			want += 4 // goroutine lanes only
+		} else {
+			want += 2 * 4
+		}
+	}
+	if len(rows) != want {
 		t.Fatalf("%d stealing rows, want %d", len(rows), want)
 	}
 	for _, s := range rows {

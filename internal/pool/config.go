@@ -70,11 +70,9 @@ type Steal int
 
 // Steal modes.
 const (
-	// StealAuto (the default) is knit's choice: private lanes for now, because stealing
-	// still costs uniform calls more than it gains (docs/benchmarks.md, "Work stealing").
-	// When it turns on it will steal only in pools of 2 to 31 lanes whose Balancer is the
-	// default and whose process lanes are not sandboxed (untrusted code must not share a
-	// mapping with other lanes).
+	// StealAuto (the default) is knit's choice: in pools of 2 to 31 lanes whose Balancer
+	// is the default, goroutine lanes steal with StealLocal; process lanes keep private
+	// lanes for now (docs/stealing.md, "The default"). Other pools use private lanes.
 	StealAuto Steal = iota
 	// StealOff sends every call to one lane's private ring, chosen by the Balancer.
 	StealOff
@@ -82,6 +80,10 @@ const (
 	StealTicket
 	// StealDekker: lanes claim regions of the ring, announcing themselves in WANT words.
 	StealDekker
+	// StealLocal (goroutine lanes only): each lane keeps its own queue, chosen by the
+	// balancer, and a lane with nothing to run takes the calls waiting on a busy lane; no
+	// slot ring, no claim journal (docs/stealing.md, "Goroutine lanes: stealing stacks").
+	StealLocal
 )
 
 func (s Steal) String() string {
@@ -94,6 +96,8 @@ func (s Steal) String() string {
 		return "ticket"
 	case StealDekker:
 		return "dekker"
+	case StealLocal:
+		return "local"
 	}
 	return fmt.Sprintf("Steal(%d)", int(s))
 }

@@ -82,7 +82,7 @@ func (l *lane) start() error {
 		l.local = actors.NewLocalLane(actors.LocalConfig{Owner: l, Key: l.key, Held: &l.inflight, Closing: &l.p.closing,
 			// The call it runs, and as many waiting as a ring's slots and backlog hold.
 			Capacity: 1 + fastpath.Slots + l.p.cfg.Backlog, BlockWhenFull: l.p.cfg.BlockWhenFull,
-			Region: region, Timed: l.p.obs.timed(), Panic: l.p.cfg.PanicCrashesLane})
+			Region: region, Timed: l.p.obs.timed(), Panic: l.p.cfg.PanicCrashesLane, Group: l.p.group})
 	} else {
 		l.ring = l.newRing()
 	}
@@ -214,7 +214,7 @@ func (l *lane) submitLocal(lane *atomic.Int32, c actors.LocalCall) error {
 		return l.local.Full()
 	}
 	lane.Store(l.key)
-	if l.local.Push(c) {
+	if l.local.Push(c, n > 1) {
 		return nil
 	}
 	// The lane ended after the state check. Its end may have found the call by its record
@@ -577,6 +577,10 @@ func (l *lane) Open() {
 			l.wake.Force(l.laneBell)
 		}
 		l.mu.Unlock()
+	}
+	if l.local != nil && l.p.group != nil { // the same for a group's stealing (its region is heap)
+		l.Region().Open().Store(1)
+		l.local.Nudge()
 	}
 	l.p.obs.opened(l)
 	l.p.signal()

@@ -84,6 +84,8 @@ type Pool struct {
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 
 	shared *shared // a stealing pool's shared submit ring (nil: private lanes)
+	// group is a stealing pool of goroutine lanes' LocalLanes (StealLocal; nil: none).
+	group *actors.LocalGroup
 
 	procs   *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
 	runtime lifecycle.Runtime   // where the lanes' incarnations run
@@ -158,6 +160,12 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	}
 	p.shared = shared
 	p.local = cfg.Runtime != Process && shared == nil
+	if mode, _ := stealMode(cfg); mode == StealLocal {
+		// A balancer that gives calls to an idle lane first leaves a parked lane nothing to
+		// steal for; the others may queue calls on a busy lane while one is idle.
+		idleFirst := cfg.Balancer == LeastLoaded || cfg.Balancer == FirstIdle || cfg.Balancer == FirstIdleOrRandom
+		p.group = actors.NewLocalGroup(!idleFirst)
+	}
 	started := false
 	defer func() {
 		if !started && shared != nil {
@@ -340,6 +348,7 @@ func (h host) Failed(err error) {
 	if h.p.shared != nil { // no lane will claim what is on the shared ring
 		h.p.shared.close(e)
 	}
+
 	h.p.signal()
 }
 
@@ -455,6 +464,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 	if p.shared != nil {
 		return p.dispatchShared(ctx, c)
 	}
+
 	for {
 		if p.closing.Load() {
 			return nil, errClosed
@@ -662,6 +672,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			p.shared.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()
 		}
+
 		p.spares.Close()
 		p.closeLimits()
 		p.stopObserving()
@@ -755,6 +766,9 @@ func (p *Pool) Stats() Stats {
 		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.Inc == ls.Incarnation) {
 			st := l.Counters()
 			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), l.queued(), l.claimed.Load()
+			if l.local != nil {
+				ls.Claimed = l.local.Claimed()
+			}
 			if sh := p.shared; sh != nil && l.cid >= 0 {
 				ls.Holding = sh.prod.Held(l.cid)
 			}
@@ -767,6 +781,9 @@ func (p *Pool) Stats() Stats {
 	s.Steal = StealOff
 	if sh := p.shared; sh != nil {
 		s.Steal, s.Shared = sh.mode, int(sh.inflight.Load())
+	}
+	if p.group != nil {
+		s.Steal = StealLocal
 	}
 	return s
 }

@@ -33,8 +33,8 @@ func (l *lane) countCall(max int) {
 func (l *lane) Retire(hurry <-chan struct{}) bool {
 	l.mu.Lock()
 	l.Retiring()
-	if l.cid >= 0 && !l.Unmapped() {
-		l.Region().Open().Store(0) // a stealing lane claims no more from the shared ring
+	if (l.cid >= 0 || l.local != nil) && !l.Unmapped() {
+		l.Region().Open().Store(0) // a stealing lane takes no more from the shared ring or its peers
 	}
 	l.mu.Unlock()
 	if sh := l.p.shared; sh != nil && l.cid >= 0 {

@@ -49,20 +49,19 @@ type shared struct {
 	owner [steal.MaxConsumers]atomic.Pointer[lane] // the lane incarnation each id is
 }
 
-// autoSteals says whether StealAuto steals (in pools of 2 to 31 lanes with the default
-// balancer and no sandbox). Not yet: in the harness run on 0cc477e, goroutine lanes with
-// 1024 calls in flight moved 0.42-0.76× the calls of the best private balancer (the goal
-// is 0.9×), and with a free lane stealing's fast calls fared no better than LeastLoaded's,
-// which already skips busy lanes (docs/benchmarks.md). Until it pays, the default stays
-// private.
-const autoSteals = false
+// autoSteals says, by runtime, whether StealAuto steals (in pools of 2 to 31 lanes with the
+// default balancer and no sandbox): goroutine lanes with StealLocal, process lanes with
+// StealTicket (docs/stealing.md, "The default").
+var autoSteals = [...]bool{Goroutine: true, Process: false}
 
 // stealMode is the discipline a pool of cfg steals with, or StealOff and why not.
 func stealMode(cfg Config) (Steal, string) {
 	m := cfg.Steal
 	switch {
-	case m == StealOff, m == StealAuto && !autoSteals:
+	case m == StealOff, m == StealAuto && !autoSteals[cfg.Runtime]:
 		return StealOff, ""
+	case m == StealLocal:
+		return StealLocal, "" // no ring: any number of lanes
 	case cfg.Lanes > steal.MaxConsumers:
 		return StealOff, fmt.Sprintf("%d lanes: at most %d share a submit ring", cfg.Lanes, steal.MaxConsumers)
 	case m != StealAuto:
@@ -73,6 +72,8 @@ func stealMode(cfg Config) (Steal, string) {
 		return StealOff, "a Balancer is set"
 	case cfg.Runtime == Process && laneSandbox(cfg) != nil:
 		return StealOff, "lanes are sandboxed: untrusted code shares no mapping with other lanes"
+	case cfg.Runtime == Goroutine:
+		return StealLocal, ""
 	}
 	return StealTicket, ""
 }
@@ -80,8 +81,11 @@ func stealMode(cfg Config) (Steal, string) {
 // checkSteal refuses what an explicit discipline cannot do.
 func checkSteal(cfg Config) error {
 	switch {
-	case cfg.Steal < StealAuto || cfg.Steal > StealDekker:
+	case cfg.Steal < StealAuto || cfg.Steal > StealLocal:
 		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
+	case cfg.Steal == StealLocal && cfg.Runtime == Process:
+		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
+			Message: "StealLocal is for goroutine lanes (process lanes share a submit ring: StealTicket or StealDekker)"}
 	case cfg.Steal == StealDekker && (cfg.MaxCallsPerLane > 0 || cfg.Process.MaxLaneMemory > 0):
 		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
 			Message: "StealDekker does not recycle lanes (its regions are sized for the lanes it starts with): use StealTicket"}
@@ -94,7 +98,7 @@ func checkSteal(cfg Config) error {
 func newShared(p *Pool) (*shared, error) {
 	cfg := p.cfg
 	mode, why := stealMode(cfg)
-	if mode == StealOff {
+	if mode == StealOff || mode == StealLocal {
 		// Asked for, or a pool too large for it: say why not. (A balancer, one lane or a
 		// sandbox chose private lanes on purpose.)
 		if why != "" && (cfg.Steal >= StealTicket || cfg.Lanes > steal.MaxConsumers) {

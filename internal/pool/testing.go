@@ -190,7 +190,7 @@ func StopStealBackstop(p *Pool) {
 // what happens to calls on the shared ring.
 func StealAlways(p *Pool) {
 	if p.shared == nil {
-		panic("StealAlways: not a stealing pool")
+		panic("StealAlways: not a pool with a shared submit ring")
 	}
 	p.shared.always.Store(true)
 }

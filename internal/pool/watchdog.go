@@ -47,6 +47,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 				sh.wake()
 			}
 		}
+
 		n := p.laneCount()
 		for len(last) < n {
 			last, lastOld = append(last, seen{}), append(lastOld, seen{})

@@ -1,0 +1,103 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/knitgo/knit"
+)
+
+// Tests of StealLocal, the stealing of goroutine lanes (actors.LocalGroup): each lane keeps
+// its own queue and one that has run dry takes the calls waiting on a stuck one.
+
+// With RoundRobin, half the calls go to a lane stuck in a call that does not end: the free
+// lane takes them, and every call settles while the stuck one still runs. With StealOff
+// the same calls would wait for the stuck one.
+func TestStealLocalTakesStuckLanesCalls(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 2, Steal: knit.StealLocal, Balancer: knit.RoundRobin})
+	if got := p.Stats().Steal; got != knit.StealLocal {
+		t.Fatalf("Stats.Steal = %v, want local", got)
+	}
+	g := newGate()
+	opened := false
+	t.Cleanup(func() { // before the pool's Close, which waits for the stuck call
+		if !opened {
+			close(g.open)
+		}
+	})
+	stuck := block.Go(context.Background(), p, g)
+	<-g.started
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var futs []*knit.Future[int64]
+	for i := range 20 {
+		futs = append(futs, add.Go(ctx, p, [2]int64{int64(i), 1}))
+	}
+	for i, f := range futs {
+		if v, err := f.Wait(); err != nil || v != int64(i)+1 {
+			t.Fatalf("add %d behind a stuck lane: %d, %v; %+v", i, v, err, p.Stats().Lanes)
+		}
+	}
+	var claimed uint64
+	for _, l := range p.Stats().Lanes {
+		claimed += l.Claimed
+	}
+	if claimed == 0 {
+		t.Fatal("every add settled, yet no lane took one from the stuck lane")
+	}
+	close(g.open)
+	opened = true
+	if v, err := stuck.Wait(); err != nil || v != "opened" {
+		t.Fatalf("stuck call: %q, %v", v, err)
+	}
+}
+
+// A lane that dies (runtime.Goexit in a task) while calls wait behind it and its peer takes
+// them: every call settles once, those it never started with their results, the one it
+// died in with WORKER_EXITED; the pool serves on.
+func TestStealLocalVictimDies(t *testing.T) {
+	for round := range 10 {
+		p := newPool(t, knit.Config{Lanes: 2, Steal: knit.StealLocal, Balancer: knit.RoundRobin})
+		g := newGate()
+		opened := false
+		t.Cleanup(func() { // before the pool's Close, which waits for the stuck call
+			if !opened {
+				close(g.open)
+			}
+		})
+		stuck := block.Go(context.Background(), p, g)
+		<-g.started
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var futs []*knit.Future[int64]
+		for i := range 40 {
+			futs = append(futs, add.Go(ctx, p, [2]int64{int64(i), 1}))
+			if i == 20 {
+				// The free lane runs into a Goexit: it dies while it may hold stolen calls.
+				futs = append(futs, nil)
+				if _, err := goexit.Call(ctx, p, 0); !errors.Is(err, knit.ErrWorkerExited) {
+					t.Fatalf("round %d: goexit: %v", round, err)
+				}
+			}
+		}
+		for i, f := range futs {
+			if f == nil {
+				continue
+			}
+			want := int64(i) + 1
+			if i > 20 {
+				want-- // the nil placeholder
+			}
+			if v, err := f.Wait(); err != nil || v != want {
+				t.Fatalf("round %d: add %d: %d, %v", round, i, v, err)
+			}
+		}
+		close(g.open)
+		opened = true
+		if v, err := stuck.Wait(); err != nil || v != "opened" {
+			t.Fatalf("round %d: stuck call: %q, %v", round, v, err)
+		}
+		cancel()
+	}
+}
