@@ -47,7 +47,6 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 				sh.wake()
 			}
 		}
-
 		n := p.laneCount()
 		for len(last) < n {
 			last, lastOld = append(last, seen{}), append(lastOld, seen{})
