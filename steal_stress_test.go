@@ -234,7 +234,11 @@ func sumClaimed(p *knit.Pool) (n uint64) {
 func TestStealStress(t *testing.T) {
 	n := stressCount(250_000, 40_000, 8_000, 10_000)
 	for _, rt := range []knit.Runtime{knit.Process, knit.Goroutine} {
-		for _, mode := range stressModes {
+		modes := stressModes
+		if rt == knit.Goroutine {
+			modes = append(modes[:len(modes):len(modes)], knit.StealLocal)
+		}
+		for _, mode := range modes {
 			t.Run(fmt.Sprintf("%v/%v", rt, mode), func(t *testing.T) {
 				file, counters := newCounters(t, n)
 				p, err := knit.NewPool(knit.Config{Lanes: 4, Runtime: rt, Steal: mode, Logger: zap.NewNop()}, stressOnce, stressIdem)
@@ -281,6 +285,8 @@ func TestStealStress(t *testing.T) {
 				switch {
 				case mode == knit.StealOff && (claimed != 0 || st.Steal != knit.StealOff):
 					t.Errorf("private lanes: Stats.Steal %v, %d calls claimed from a shared ring", st.Steal, claimed)
+				case mode == knit.StealLocal && st.Steal != knit.StealLocal:
+					t.Errorf("Steal local: Stats.Steal %v", st.Steal) // (uniform calls: it may steal none)
 				case mode != knit.StealOff && (st.Steal != mode || claimed == 0):
 					t.Errorf("Steal %v: Stats.Steal %v, %d calls claimed from the shared ring", mode, st.Steal, claimed)
 				}
