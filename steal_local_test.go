@@ -3,6 +3,7 @@ package knit_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,15 +21,7 @@ func TestStealLocalTakesStuckLanesCalls(t *testing.T) {
 	if got := p.Stats().Steal; got != knit.StealLocal {
 		t.Fatalf("Stats.Steal = %v, want local", got)
 	}
-	g := newGate()
-	opened := false
-	t.Cleanup(func() { // before the pool's Close, which waits for the stuck call
-		if !opened {
-			close(g.open)
-		}
-	})
-	stuck := block.Go(context.Background(), p, g)
-	<-g.started
+	release := stuckLane(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var futs []*knit.Future[int64]
@@ -47,10 +40,24 @@ func TestStealLocalTakesStuckLanesCalls(t *testing.T) {
 	if claimed == 0 {
 		t.Fatal("every add settled, yet no lane took one from the stuck lane")
 	}
-	close(g.open)
-	opened = true
-	if v, err := stuck.Wait(); err != nil || v != "opened" {
+	if v, err := release(); err != nil || v != "opened" {
 		t.Fatalf("stuck call: %q, %v", v, err)
+	}
+}
+
+// stuckLane starts a call that blocks its lane until release is called (at the latest by
+// the test's cleanup, before the pool's Close waits for it), and returns once it runs.
+// release returns the call's result.
+func stuckLane(t *testing.T, p *knit.Pool) (release func() (string, error)) {
+	g := newGate()
+	var once sync.Once
+	open := func() { once.Do(func() { close(g.open) }) }
+	t.Cleanup(open)
+	stuck := block.Go(context.Background(), p, g)
+	<-g.started
+	return func() (string, error) {
+		open()
+		return stuck.Wait()
 	}
 }
 
@@ -60,15 +67,7 @@ func TestStealLocalTakesStuckLanesCalls(t *testing.T) {
 func TestStealLocalVictimDies(t *testing.T) {
 	for round := range 10 {
 		p := newPool(t, knit.Config{Lanes: 2, Steal: knit.StealLocal, Balancer: knit.RoundRobin})
-		g := newGate()
-		opened := false
-		t.Cleanup(func() { // before the pool's Close, which waits for the stuck call
-			if !opened {
-				close(g.open)
-			}
-		})
-		stuck := block.Go(context.Background(), p, g)
-		<-g.started
+		release := stuckLane(t, p)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var futs []*knit.Future[int64]
 		for i := range 40 {
@@ -93,9 +92,7 @@ func TestStealLocalVictimDies(t *testing.T) {
 				t.Fatalf("round %d: add %d: %d, %v", round, i, v, err)
 			}
 		}
-		close(g.open)
-		opened = true
-		if v, err := stuck.Wait(); err != nil || v != "opened" {
+		if v, err := release(); err != nil || v != "opened" {
 			t.Fatalf("round %d: stuck call: %q, %v", round, v, err)
 		}
 		cancel()
