@@ -533,9 +533,9 @@ func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
 // The pool may drop what it holds at a garbage collection; a dropped record is still free
 // (refs word 0) and a scan of the table finds it again.
 type Table[In, Out any] struct {
-	task  uint32 // the task's registry index
-	def   *Task[In, Out]
-	cache sync.Pool // *Record: free records, maybe some twice or some taken since
+	task  uint32         // the task's registry index
+	def   *Task[In, Out] // the task, which a LocalLane runs its records with
+	cache sync.Pool      // *Record: free records, maybe some twice or some taken since
 	mu    sync.Mutex
 	n     uint32 // under mu: records that exist
 	scan  uint32 // under mu: where the next scan for dropped records starts
@@ -762,7 +762,8 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 		if e.Local {
 			started = e.Running == LocalCall(r)
 			// A submitter that met the ended lane's closed queue takes its call back with
-			// the same CAS (LocalLane.Submit): one of the two has it.
+			// the same CAS (the pool's lane.submitLocal), and so does a thief that moves
+			// it: one of them has it.
 			if e.Release && !r.Lane.CompareAndSwap(e.Lane, -1) {
 				return
 			}
@@ -775,7 +776,8 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 			started = s
 		}
 		// An abandoned lane may still run: its calls are fenced, never reused, unless it
-		// has taken one back to settle it itself (runLocal) before the fence.
+		// has taken one back to settle it itself (a LocalLane's settleLocal) before the
+		// fence.
 		if !e.Release && !e.Keep && !r.Lane.CompareAndSwap(e.Lane, fenced) {
 			return
 		}

@@ -97,7 +97,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	return out, err
 }
 
-// callLocal is the rest of Call on goroutine lanes of a pool with private lanes
+// callLocal is the rest of Call on goroutine lanes of a pool with no shared ring
 // (actors.LocalLane): the record goes to a lane as it is, and the lane settles it.
 func (t *Task[In, Out]) callLocal(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (Out, error) {
 	done := ctx.Done()

@@ -30,8 +30,9 @@ type lane struct {
 
 	mu   sync.Mutex
 	ring *actors.HostRing // the host end of its rings, which mu guards; set by start
-	// local, instead of ring, is a goroutine lane of a pool with private lanes: its calls
-	// go through a Go channel, run and settled by reference (actors.LocalLane).
+	// local, instead of ring, is a goroutine lane of a pool with no shared ring (private
+	// lanes, or StealLocal): its callers push their records onto it, and it runs and
+	// settles them by reference (actors.LocalLane).
 	local *actors.LocalLane
 
 	wake     *fastpath.Wake

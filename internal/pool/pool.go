@@ -47,7 +47,7 @@ type Pool struct {
 	lingering, handover atomic.Bool
 	spinMisses          atomic.Int32 // spins in a row that ran out of budget: at coldAfter, callers park at once
 	reaped              bool         // process lanes: results wait on return rings for a drainer
-	local               bool         // goroutine lanes of a pool with private lanes (actors.LocalLane)
+	local               bool         // goroutine lanes of a pool with no shared ring (actors.LocalLane)
 	closing             atomic.Bool
 	requeued            atomic.Int64  // calls that lost their lane and look for another
 	drained             chan struct{} // closed when closing and nothing is in flight
@@ -723,7 +723,8 @@ type LaneStats struct {
 	Crashes        int
 	Recycles       int // planned replacements (MaxCallsPerLane, MaxLaneMemory)
 	// Claimed counts the calls the lane's current incarnation took from the pool's shared
-	// submit ring (work stealing); InFlight and Queued count only its private ring.
+	// submit ring (work stealing; InFlight and Queued count only its private ring), or, with
+	// StealLocal, from its peers (they are its own from then on, in InFlight too).
 	Claimed uint64
 	// Holding is how many calls from the shared ring the lane has claimed and not finished,
 	// as its claim journal shows them (Stats.Shared counts them too).
@@ -743,9 +744,10 @@ type Stats struct {
 	Limits LimitMechanism
 	// Tasks is the recent latency of each task's calls (with Config.LatencyWindow).
 	Tasks []TaskStats
-	// Steal is the work-stealing discipline in use (StealTicket or StealDekker), or
-	// StealOff for private lanes; Shared counts the calls on the shared submit ring or its
-	// backlog, not yet claimed or claimed and unsettled.
+	// Steal is the work-stealing discipline in use (StealTicket, StealDekker or
+	// StealLocal), or StealOff for private lanes; Shared counts the calls on the shared
+	// submit ring or its backlog, not yet claimed or claimed and unsettled (0 with
+	// StealLocal, which has no ring).
 	Steal  Steal
 	Shared int
 }
