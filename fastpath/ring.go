@@ -309,6 +309,9 @@ func (p *Producer) Release(i int) {
 // consumer; the answer is a hint (the consumer may be retiring the slot as it is read).
 func (r Ring) Unread() bool { return r.prodWord().Load() != r.consWord().Load() }
 
+// Consumed is the consumer's word: it changes whenever the consumer retires slots.
+func (r Ring) Consumed() uint32 { return r.consWord().Load() }
+
 // Retired reloads the consumer's retire word and returns it: a producer that found the
 // ring full waits for it to change. Reserve and Put see what it loaded.
 func (p *Producer) Retired() uint32 {

@@ -49,8 +49,12 @@ type lane struct {
 
 	reaped chan struct{}
 
-	calls int           // under mu: calls accepted, for MaxCallsPerLane
-	idle  chan struct{} // a retiring lane's last call has settled (recycle.go)
+	calls int // under mu: calls accepted, for MaxCallsPerLane
+	// stalled and stalledAt are the watchdog's: at its last look calls waited on the
+	// request ring and the lane's consumer word was stalledAt (ringStalled).
+	stalled   bool
+	stalledAt uint32
+	idle      chan struct{} // a retiring lane's last call has settled (recycle.go)
 }
 
 func newLane(p *Pool, idx, inc int) *lane {

@@ -105,13 +105,31 @@ func (l *lane) heartbeat() (uint32, bool) {
 // protocol loses no wake; this is the backstop that lets the lane's park safety net be long
 // (parkSafetyNet), because an idle lane woken by that timer costs CPU. A false alarm (the
 // lane retiring the last slot as it is read) costs one spurious wake-up.
+//
+// A lane whose awake word says it is not parked, but that has read nothing of its ring
+// between two looks while calls wait there, is woken all the same (a Force, whatever the
+// word says): a harness run on 2026-12-01 saw a StealDekker lane hold one call of its own
+// ring for 3 s with every other lane idle (docs/benchmarks.md), which only a wake lost with
+// the word left at "rung" explains, and only the park's 10 s safety net would have ended. A
+// lane that is merely busy with a long task gets a futex wake nobody waits on.
 func (l *lane) ringStalled() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.Unmapped() {
 		return
 	}
-	if awake, _ := l.wake.Awake(); !awake && l.Region().Requests().Unread() {
-		l.wake.Ring(l.laneBell)
+	req := l.Region().Requests()
+	if !req.Unread() {
+		l.stalled = false
+		return
 	}
+	if awake, _ := l.wake.Awake(); !awake {
+		l.wake.Ring(l.laneBell)
+		return
+	}
+	consumed := req.Consumed()
+	if l.stalled && consumed == l.stalledAt {
+		l.wake.Force(l.laneBell)
+	}
+	l.stalled, l.stalledAt = true, consumed
 }
