@@ -167,7 +167,7 @@ func StealState(p *Pool) string {
 		}
 		a, r := l.wake.Awake()
 		js, je, want := s.prod.Journal(l.cid)
-		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d;", i, l.cid, l.State(), a, r, l.Region().Running().Load(), js, je[:4], want, l.ring.Waiting(), l.done.Word().Load())
+		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d requests unread %v backlog %d;", i, l.cid, l.State(), a, r, l.Region().Running().Load(), js, je[:4], want, l.ring.Waiting(), l.done.Word().Load(), l.Region().Requests().Unread(), l.ring.Queued())
 	}
 	return out
 }
