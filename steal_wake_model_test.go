@@ -25,14 +25,27 @@ import (
 // only when it starts a call, and a lane rung or woken counted whatever its running word),
 // and each half of the fix alone, and must find a stuck call in each: the model can fail,
 // and both halves are needed.
+//
+// The lane's bell is either a ChanBell's token (goroutine lanes), which keeps a ring until
+// the next wait takes it, or a futex on the lane's wake counter (process lanes), where a
+// ring whose counter bump came before Park loaded the counter is spent: a lane rung for a
+// call a peer then claimed waits marked rung, and no later call rings it. Park clears such
+// a mark and looks again (the re-arm); the futex bell without it must fail too.
 
 // wakeProto selects the protocol the model runs: the fix is both halves.
 type wakeProto struct {
 	busyFirst bool // the lane stores busy before it claims, and idle again if it took nothing
 	onlyIdle  bool // the host counts a lane, woken or rung too, only if it is not busy
+	// futex: the lane's bell is a futex on its wake counter (process lanes), not a ChanBell's
+	// token: Park loads the counter after clearing its awake word and waits while the
+	// counter still equals what it loaded, so a ring whose bump came before that load is
+	// spent. rearm: Park clears a rung mark it finds after its last look, and looks again
+	// (fastpath.Wake.Park; without it a lane rung for a call a peer claimed sleeps marked
+	// rung, and no later call rings it).
+	futex, rearm bool
 }
 
-var wakeFixed = wakeProto{busyFirst: true, onlyIdle: true}
+var wakeFixed = wakeProto{busyFirst: true, onlyIdle: true, rearm: true}
 
 const (
 	wmLanes = 3 // at most
@@ -51,14 +64,16 @@ const (
 	lRetry                  // load Pending again (the tail, then the head): retry rather
 	lRetryHead              // than park
 	lPark                   // swap the awake word to 0
-	lWait                   // parked: wait for a token
+	lSeen                   // load the wake counter
+	lRearm                  // CAS the awake word rung → 0; look again if it was rung
+	lWait                   // parked: wait for a token (the counter to move, with futex)
 	lAwake                  // store awake = 1 after the park
 	lRun                    // run the claimed batch (store busy first if not yet)
 	lStuck                  // running call 0, which never ends
 )
 
 var laneSteps = [...]string{"top", "poll", "poll head", "busy", "claim", "claim CAS", "idle", "retry",
-	"retry head", "park", "wait", "awake", "run", "running call 0"}
+	"retry head", "park", "seen", "rearm", "wait", "awake", "run", "running call 0"}
 
 // Host program counters.
 const (
@@ -82,6 +97,7 @@ type wmLane struct {
 	awake    uint8 // 0 parked, 1 awake, 2 rung
 	busy     bool  // the running word's busy bit
 	token    bool  // a ChanBell wake waiting to be taken
+	bumped   bool  // futex: the wake counter moved since Park loaded it
 }
 
 type wmState struct {
@@ -123,7 +139,7 @@ func (m *wakeModel) describe(s wmState) string {
 	fmt.Fprintf(&b, "published %d, claimed %d;", s.tail, s.head)
 	for i := range m.lanes {
 		l := s.lanes[i]
-		fmt.Fprintf(&b, " lane %d at %s awake %d busy %v token %v holds %d (call 0: %v);", i, laneSteps[l.pc], l.awake, l.busy, l.token, l.n, l.zero)
+		fmt.Fprintf(&b, " lane %d at %s awake %d busy %v token %v bumped %v holds %d (call 0: %v);", i, laneSteps[l.pc], l.awake, l.busy, l.token, l.bumped, l.n, l.zero)
 	}
 	return b.String()
 }
@@ -211,7 +227,11 @@ func (m *wakeModel) host(s wmState) (wmState, bool) {
 		l.awake = 2
 		s.hpc = hToken
 	case hToken:
-		s.lanes[s.lane].token = true
+		if m.proto.futex {
+			s.lanes[s.lane].bumped = true
+		} else {
+			s.lanes[s.lane].token = true
+		}
 		if fixed {
 			s.hpc = hBusy
 		} else {
@@ -236,6 +256,8 @@ func (m *wakeModel) lane(s wmState, i int) []wmState {
 			l.pc = lRun
 		case r: // a retry: back to the loop's top
 			l.pc = lTop
+		case l.inPark && m.proto.rearm:
+			l.pc = lRearm
 		case l.inPark:
 			l.pc = lWait
 		case l.spins > 0: // poll again, or give up the spin and park
@@ -306,12 +328,26 @@ func (m *wakeModel) lane(s wmState, i int) []wmState {
 	case lPark:
 		l.awake = 0
 		l.inPark = true
+		l.pc = lSeen
+	case lSeen:
+		l.bumped = false
 		l.pc = lPoll
+	case lRearm:
+		if l.awake == 2 {
+			l.awake = 0
+			l.pc = lSeen
+			break
+		}
+		l.pc = lWait
 	case lWait:
-		if !l.token {
+		if m.proto.futex {
+			if !l.bumped {
+				return nil
+			}
+		} else if !l.token {
 			return nil
 		}
-		l.token = false
+		l.token, l.bumped = false, false
 		l.pc = lAwake
 	case lAwake:
 		l.awake = 1
@@ -347,26 +383,32 @@ func TestStealWakeModel(t *testing.T) {
 		lanes, calls int
 		spins        uint8
 	}
-	// 2 lanes: 2 to 4 calls, lanes that park at once or spin one poll first (26,154 to
-	// 250,539 states, about a second in all). 3 lanes, 2 calls: 2,193,341 states, seconds;
-	// 3 calls would be tens of millions. Under -race (ten times slower), and with -short,
-	// the two smallest.
+	// 2 lanes: 2 to 4 calls, lanes that park at once or spin one poll first (tens to
+	// hundreds of thousands of states, about a second in all). 3 lanes, 2 calls: millions
+	// of states, seconds; 3 calls would be tens of millions. Under -race (ten times slower),
+	// and with -short, the two smallest. Each with both bells.
 	runs := []run{{2, 2, 0}, {2, 2, 1}, {2, 3, 0}, {2, 4, 0}, {2, 3, 1}, {2, 4, 1}, {3, 2, 0}}
 	if testing.Short() || raceEnabled {
 		runs = runs[:2]
 	}
-	for _, r := range runs {
-		t.Run(fmt.Sprintf("lanes=%d/calls=%d/spins=%d", r.lanes, r.calls, r.spins), func(t *testing.T) {
-			stuck, n := checkWake(wakeFixed, r.lanes, r.calls, r.spins)
-			if stuck != "" {
-				t.Errorf("a call waits and nothing moves: %s", stuck)
-			}
-			t.Logf("%d states", n)
-		})
+	for _, futex := range []bool{false, true} {
+		p := wakeFixed
+		p.futex = futex
+		for _, r := range runs {
+			t.Run(fmt.Sprintf("futex=%v/lanes=%d/calls=%d/spins=%d", futex, r.lanes, r.calls, r.spins), func(t *testing.T) {
+				stuck, n := checkWake(p, r.lanes, r.calls, r.spins)
+				if stuck != "" {
+					t.Errorf("a call waits and nothing moves: %s", stuck)
+				}
+				t.Logf("%d states", n)
+			})
+		}
 	}
-	// The model can fail: the protocol before the fix, and each half of the fix alone,
-	// leave a call waiting.
-	for _, p := range []wakeProto{{}, {busyFirst: true}, {onlyIdle: true}} {
+	// The model can fail: the protocol before issue 13's fix, and each half of that fix
+	// alone, leave a call waiting; so does a futex bell without the re-arm (the stall of
+	// process lanes that ended only when the watchdog forced a wake).
+	mutants := []wakeProto{{}, {busyFirst: true}, {onlyIdle: true}, {busyFirst: true, onlyIdle: true, futex: true}}
+	for _, p := range mutants {
 		if stuck, _ := checkWake(p, 2, 2, 0); stuck == "" {
 			t.Errorf("%+v passes the check: the model cannot tell it from the fix", p)
 		} else {

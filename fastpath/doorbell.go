@@ -95,12 +95,23 @@ type Wake struct {
 
 // Park sleeps until rung, or until timeout (a safety net), unless ready reports work after
 // the awake flag is cleared.
+//
+// A lane never waits marked rung: Ring rings no lane so marked, and a lane rung between the
+// swap and the load of the counter (for a call a peer claimed, or one it took before it
+// parked) would sleep through the ring of the next call. It clears the mark and looks
+// again instead.
 func (w *Wake) Park(bell Bell, ready func() bool, timeout time.Duration) {
 	w.awake.Swap(0) // a full barrier before re-checking: see Producer.Publish
-
-	seen := w.counter.Load()
-	if !ready() {
+	for {
+		seen := w.counter.Load()
+		if ready() {
+			break
+		}
+		if w.awake.CompareAndSwap(rung, 0) { // each turn takes a Ring: one per publication at most
+			continue
+		}
 		bell.Wait(w.counter, seen, timeout)
+		break
 	}
 	w.awake.Store(1)
 }

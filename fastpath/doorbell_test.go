@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -21,9 +22,13 @@ func TestChanBellRingBetweenCheckAndWait(t *testing.T) {
 		parked := make(chan struct{})
 		go func() {
 			defer close(parked)
+			looks := 0
 			w.Park(bell, func() bool {
-				// The producer publishes and rings right after the consumer's last check.
-				rang = w.Ring(bell)
+				// The producer publishes and rings right after the consumer's last check
+				// (once: Park looks again after a ring, and every ring here is a new call).
+				if looks++; looks == 1 {
+					rang = w.Ring(bell)
+				}
 				return false
 			}, 0)
 		}()
@@ -72,5 +77,54 @@ func TestParkRoom(t *testing.T) {
 				t.Fatal("a Force between the check and the wait did not wake a lane parked for room")
 			}
 		})
+	}
+}
+
+// waitProbe is a futex-like Bell for TestParkNeverWaitsRung: Wait returns at once when the
+// word has moved, and otherwise records whether a Ring made now would reach the waiter.
+type waitProbe struct {
+	w         *Wake
+	waits     int
+	unringing int // waits during which Ring would not have rung
+}
+
+func (b *waitProbe) Wait(word *atomic.Uint32, seen uint32, _ time.Duration) {
+	if word.Load() != seen {
+		return
+	}
+	b.waits++
+	if a, _ := b.w.Awake(); a {
+		b.unringing++
+	}
+}
+
+func (b *waitProbe) Wake(*atomic.Uint32) {}
+
+// TestParkNeverWaitsRung: a host rings a parking lane (its awake word goes from 0 to rung)
+// for a call the lane does not find (a peer claimed it, or the lane took it before it
+// parked), and its counter bump comes before the lane loads the counter. Ring rings no lane
+// marked rung, so a lane that waited so marked would sleep through the next call's ring
+// (the stall of process lanes in docs/benchmarks.md). Park must clear the mark and look
+// again before it waits.
+func TestParkNeverWaitsRung(t *testing.T) {
+	r := newTestRegion(t, Layout{Arena: 4096})
+	w := r.LaneWake()
+	bell := &waitProbe{w: w}
+	looks := 0
+	w.Park(bell, func() bool {
+		if looks++; looks == 1 {
+			// The ring's CAS; its counter bump went before the lane's load, so the counter
+			// the lane waits on equals the one it loaded.
+			if !w.awake.CompareAndSwap(0, rung) {
+				t.Fatal("Ring's CAS failed on a parking lane")
+			}
+		}
+		return false
+	}, time.Second)
+	if bell.waits != 1 || bell.unringing != 0 {
+		t.Fatalf("Park waited %d times, %d of them where Ring could not reach it", bell.waits, bell.unringing)
+	}
+	if looks != 2 {
+		t.Fatalf("Park looked for work %d times after it was rung for nothing, want 2", looks)
 	}
 }
