@@ -19,6 +19,7 @@ import (
 // TestMain lets the test binary act as the child process too: the process
 // rows re-execute os.Executable(), which under go test is this binary.
 func TestMain(m *testing.M) {
+	quietPeers()
 	knit.Main()
 	if code, isChild := runChildIfRequested(); isChild {
 		os.Exit(code)

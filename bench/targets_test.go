@@ -20,7 +20,7 @@ func syntheticResults() []result {
 	for _, s := range allScenarios() {
 		r := result{Name: s.name, rowMeta: s.meta, InFlight: s.inFlight, N: 1000, NsPerOp: 1000, CallsPerSec: 1e6}
 		if s.meta.Shape == shapeIdle {
-			r = result{Name: s.name, rowMeta: s.meta, Idle: &idleResult{WindowNs: 1e9, CPUPercent: 0.5, HostPercent: 0.25, LanesPercent: 0.25, Source: "schedstat"}}
+			r = result{Name: s.name, rowMeta: s.meta, Idle: &idleResult{WindowNs: 1e9, CPUPercent: 0.5, HostPercent: 0.25, LanesPercent: 0.25, Source: "cpuclock"}}
 		}
 		if s.meta.Workload == workloadSkewed {
 			r.FastP50Ns, r.FastP99Ns, r.FastCalls = 10e3, 1e6, 900
