@@ -49,6 +49,14 @@ type shared struct {
 	owner [steal.MaxConsumers]atomic.Pointer[lane] // the lane incarnation each id is
 }
 
+// ticketWidth is the most calls one Ticket claim takes (Half still limits it to half of what
+// waits, rounded up). The Dekker region formula gave 4 lanes batches of 4 and 8 lanes batches
+// of 1, and a lane then claimed far more often than a private lane takes its ring: with 1024
+// futures in flight over process lanes, Ticket moved 0.91× (4 lanes) and 0.78× (8 lanes) the
+// calls of private lanes; with 8, 1.08× (4 lanes) and 0.96× (8 lanes) (docs/benchmarks.md, "Ticket claims up
+// to 8"). 16 and 32 measured no better, and 8 is the widest the model check covers.
+const ticketWidth = 8
+
 // autoSteals says, by runtime, whether StealAuto steals (in pools of 2 to 31 lanes with the
 // default balancer and no sandbox): goroutine lanes with StealLocal, process lanes with
 // StealTicket (docs/stealing.md, "The default").
@@ -108,9 +116,9 @@ func newShared(p *Pool) (*shared, error) {
 	}
 	// Ticket takes every consumer id the ring can have, so that lanes added by Resize and
 	// a recycled lane's successor (which serves beside it) get ids of their own; its batch
-	// width follows the lanes the pool starts with. Dekker's regions are sized for its
+	// width is ticketWidth whatever the lanes. Dekker's regions are sized for its
 	// consumers: a Dekker pool neither grows nor recycles.
-	sc := steal.Config{Consumers: steal.MaxConsumers, Width: steal.DefaultWidth(cfg.Lanes), Half: true,
+	sc := steal.Config{Consumers: steal.MaxConsumers, Width: ticketWidth, Half: true,
 		Discipline: steal.Ticket, Inline: cfg.Payload.Inline, Arena: 64}
 	if mode == StealDekker {
 		sc.Discipline, sc.Consumers, sc.Width = steal.Dekker, cfg.Lanes, 0 // Half stays

@@ -108,10 +108,11 @@ func (l *lane) heartbeat() (uint32, bool) {
 //
 // A lane whose awake word says it is not parked, but that has read nothing of its ring
 // between two looks while calls wait there, is woken all the same (a Force, whatever the
-// word says): a harness run on 2026-12-01 saw a StealDekker lane hold one call of its own
-// ring for 3 s with every other lane idle (docs/benchmarks.md), which only a wake lost with
-// the word left at "rung" explains, and only the park's 10 s safety net would have ended. A
-// lane that is merely busy with a long task gets a futex wake nobody waits on.
+// word says). A harness run on 2026-12-01 saw a StealDekker lane hold one call of its own
+// ring for 3 s with every other lane idle (docs/benchmarks.md): a lane rung for a call it
+// then did not find had waited marked rung, which no Ring wakes (fixed in fastpath.Wake.Park;
+// this stays the backstop). A lane that is merely busy with a long task gets a futex wake
+// nobody waits on.
 func (l *lane) ringStalled() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
