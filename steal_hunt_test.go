@@ -18,7 +18,8 @@ import (
 // call completes for 0.5 s, and logs the state again while the stall lasts. It is opt-in (a
 // diagnostic, not a gate: 0.5 s without a result on a loaded machine is not a bug by itself).
 // Seen twice in 375 pools; the second dump showed a lane rung (awake word 2) with a call
-// unread on its own ring for more than 0.5 s, 1 s into the stall.
+// unread on its own ring for more than 0.5 s, 1 s into the stall: a lane that waited marked
+// rung, which fastpath.Wake.Park no longer does (TestParkNeverWaitsRung, TestStealWakeModel).
 func TestStealDekkerStallHunt(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("KNIT_HUNT"))
 	if n == 0 {
