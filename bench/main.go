@@ -387,7 +387,6 @@ func fmtAllocs(a float64) string {
 // quietPeers stops what the peer libraries start at package init: ants makes a default pool
 // with a 500 ms and a 1 s ticker, which the harness never uses (its rows make pools of their
 // own). Every process of this binary had them, knit's lane and spare processes too (they are
-// this binary re-executed), so the idle rows billed six processes' ticker wake-ups to knit:
-// 0.8-1.0 % of a core against 0.2-0.5 % for the same pool in a binary without the peers.
-// It runs first in every role.
+// this binary re-executed), so the idle rows billed three wake-ups a second in each of six
+// processes to knit. It runs first in every role.
 func quietPeers() { ants.Release() }

@@ -53,8 +53,9 @@ type shared struct {
 // waits, rounded up). The Dekker region formula gave 4 lanes batches of 4 and 8 lanes batches
 // of 1, and a lane then claimed far more often than a private lane takes its ring: with 1024
 // futures in flight over process lanes, Ticket moved 0.91× (4 lanes) and 0.78× (8 lanes) the
-// calls of private lanes; with 8, 1.08× (4 lanes) and 0.96× (8 lanes) (docs/benchmarks.md, "Ticket claims up
-// to 8"). 16 and 32 measured no better, and 8 is the widest the model check covers.
+// calls of private lanes; with 8, 1.08× and 0.96×. 16 and 32 measured no better, and 8 is the
+// widest the model check covers (docs/benchmarks.md, "A lost wake, the idle meter, and
+// Ticket's batch").
 const ticketWidth = 8
 
 // autoSteals says, by runtime, whether StealAuto steals (in pools of 2 to 31 lanes with the
