@@ -20,7 +20,7 @@ const LimitsVersion = 1
 // field sets nothing, except Core: a lane's core dumps are off unless Core is set.
 type BootLimits struct {
 	Version  uint32 `json:"v"`
-	Data     int64  `json:"data,omitempty"`   // RLIMIT_DATA, bytes: the Go heap cannot grow past it
+	Data     int64  `json:"data,omitempty"`   // RLIMIT_DATA, bytes: the Go heap cannot grow far past it (docs/process-lanes.md: one huge allocation can)
 	GoMemory int64  `json:"go_mem,omitempty"` // debug.SetMemoryLimit, bytes: the GC works harder below Data
 	CPU      int64  `json:"cpu_s,omitempty"`  // RLIMIT_CPU, seconds of CPU time over the process's life
 	Files    int64  `json:"nofile,omitempty"` // RLIMIT_NOFILE: open descriptors

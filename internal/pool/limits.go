@@ -27,7 +27,8 @@ type Limits struct {
 	// lane reserves 1.6-1.8 GB of address space). Either way the lane's Go runtime gets a
 	// soft limit an eighth below (debug.SetMemoryLimit; lifecycle.GoMemoryLimit), so that
 	// its GC works before the hard limit (it replaces a GOMEMLIMIT in Process.Env). A lane
-	// past it ends WORKER_OUT_OF_MEMORY.
+	// past it ends WORKER_OUT_OF_MEMORY. (RLIMIT_DATA lets one allocation larger than what is
+	// left be mapped: docs/process-lanes.md, "Limits and cgroups"; a cgroup has no such gap.)
 	Memory int64
 	// CPUTime is the CPU time a lane process may use over its life (RLIMIT_CPU, in whole
 	// seconds, rounded up): a lane that uses it up ends WORKER_CPU_LIMIT and is restarted.
