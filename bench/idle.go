@@ -47,11 +47,11 @@ type idleResult struct {
 	// when that clock cannot be read and the ticks are all there is.
 	//
 	// Runs before 2026-12-02 summed the threads' /proc/<pid>/task/*/schedstat
-	// ("schedstat"), which lags by up to a scheduler tick for a thread that is
-	// running: the host reads its own right after ~10 ms spent reading the
-	// other processes' /proc files, so up to a tick of that reading was billed
-	// to the idle window (0.2-1.6 % of a core for the host in reruns of one
-	// build; a profile of the window showed about 0.1 %).
+	// ("schedstat"), which the kernel brings up to date only at ticks and
+	// switches, so it lags for a running thread: the host reads its own right
+	// after ~10 ms spent reading the other processes' /proc files, and that
+	// reading was billed to the idle window (0.2-1.6 % of a core for the host
+	// in reruns of one build; perf over a window showed about 0.1 %).
 	Source string `json:"source"`
 	// HostPID, LanePIDs and SparePIDs are the processes measured (no lane
 	// PIDs for goroutine lanes).
