@@ -247,19 +247,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// A lane asked to stop runs the calls it has first, then acknowledges; a push after its
-// end is refused once the queue is sealed, and its submitter takes the call back.
-func TestLocalLaneStopAfterQueuedCalls(t *testing.T) {
-	release := make(chan struct{})
-	started := make(chan struct{}, 1)
-	task := defineTest(t, func(_ context.Context, n int) (int, error) {
+// holdZero defines a task whose call with input 0 says it has started and blocks until
+// release (which may be called more than once); other inputs return at once. A test
+// registers release as a cleanup after starting its lanes, so that it runs before their
+// cleanups wait for them to end.
+func holdZero(t *testing.T) (task *Task[int, int], started <-chan struct{}, release func()) {
+	hold, start := make(chan struct{}), make(chan struct{}, 1)
+	task = defineTest(t, func(_ context.Context, n int) (int, error) {
 		if n == 0 {
-			started <- struct{}{}
-			<-release
+			start <- struct{}{}
+			<-hold
 		}
 		return n, nil
 	}, Options{})
+	return task, start, sync.OnceFunc(func() { close(hold) })
+}
+
+// A lane asked to stop runs the calls it has first, then acknowledges; a push after its
+// end is refused once the queue is sealed, and its submitter takes the call back.
+func TestLocalLaneStopAfterQueuedCalls(t *testing.T) {
+	task, started, release := holdZero(t)
 	h := newLocalHarness(t, LocalConfig{}).start()
+	t.Cleanup(release) // a failed test: let the lane end
 	rs := []*Record[int, int]{startCall(t, task, context.Background(), 0, 1, -1)}
 	submit(h, rs[0])
 	<-started
@@ -270,7 +279,7 @@ func TestLocalLaneStopAfterQueuedCalls(t *testing.T) {
 	}
 	h.region.Stop().Store(fastpath.StopRequested)
 	h.x.Nudge() // the lane is busy: nothing to wake
-	close(release)
+	release()
 	for i, r := range rs {
 		if out, err := await(t, task, r); err != nil || out != i {
 			t.Fatalf("call %d: %d, %v", i, out, err)
@@ -528,24 +537,10 @@ func TestLocalLaneFull(t *testing.T) {
 // takes them (once the stuck lane has finished none for stallAfter) and runs them, while the
 // stuck call goes on; the calls are the peer's from then on, in its count.
 func TestLocalGroupStealsFromStuckLane(t *testing.T) {
-	release := make(chan struct{})
-	started := make(chan struct{}, 1)
-	task := defineTest(t, func(ctx context.Context, n int) (int, error) {
-		if n == 0 {
-			started <- struct{}{}
-			<-release
-		}
-		return n, nil
-	}, Options{})
+	task, started, release := holdZero(t)
 	g := NewLocalGroup(false)
 	a := newLocalHarness(t, LocalConfig{Key: 1, Group: g}).start()
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release) // a failed test: let the stuck lane end
-		}
-	})
+	t.Cleanup(release) // a failed test: let the stuck lane end
 	stuck := startCall(t, task, context.Background(), 0, 1, -1)
 	submit(a, stuck)
 	<-started
@@ -574,7 +569,7 @@ func TestLocalGroupStealsFromStuckLane(t *testing.T) {
 	if a.owner.held.Load() != 1 || b.owner.held.Load() != 0 {
 		t.Fatalf("held: stuck lane %d (want its 1 call), free lane %d", a.owner.held.Load(), b.owner.held.Load())
 	}
-	close(release)
+	release()
 	if out, err := await(t, task, stuck); err != nil || out != 0 {
 		t.Fatalf("stuck call: %d, %v", out, err)
 	}

@@ -348,7 +348,6 @@ func (h host) Failed(err error) {
 	if h.p.shared != nil { // no lane will claim what is on the shared ring
 		h.p.shared.close(e)
 	}
-
 	h.p.signal()
 }
 
@@ -464,7 +463,6 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 	if p.shared != nil {
 		return p.dispatchShared(ctx, c)
 	}
-
 	for {
 		if p.closing.Load() {
 			return nil, errClosed
@@ -672,7 +670,6 @@ func (p *Pool) Close(ctx context.Context) error {
 			p.shared.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()
 		}
-
 		p.spares.Close()
 		p.closeLimits()
 		p.stopObserving()
