@@ -13,6 +13,7 @@ var (
 	StopStealBackstop     = pool.StopStealBackstop
 	StealAlways           = pool.StealAlways
 	StealAwake            = pool.StealAwake
+	SetTicketWidth        = pool.SetTicketWidth
 )
 
 // ResultHarness is the host side of one process lane with no process behind it.

@@ -30,3 +30,31 @@ func BenchmarkSteal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTicketWidth compares Ticket's batch width (the most calls one claim takes) on
+// process lanes, next to private lanes, in the shapes where claims are many: a window of
+// 1024 futures and 1024 goroutines calling (docs/benchmarks.md, "A lost wake, the idle
+// meter, and Ticket's batch"). The default width is 8.
+//
+//	TicketWidth/lanes=N/{off,width=W}/{window,goroutines}
+func BenchmarkTicketWidth(b *testing.B) {
+	for _, lanes := range []int{2, 4, 8} {
+		for _, w := range []int{0, 1, 4, 8, 16, 32} {
+			mode, name := knit.StealTicket, fmt.Sprintf("width=%d", w)
+			if w == 0 {
+				mode, name = knit.StealOff, "off"
+			}
+			cfg := knit.Config{Runtime: knit.Process, Lanes: lanes, Steal: mode}
+			run := func(shape string, f func(*testing.B, knit.Config)) {
+				b.Run(fmt.Sprintf("lanes=%d/%s/%s", lanes, name, shape), func(b *testing.B) {
+					if w > 0 {
+						defer knit.SetTicketWidth(w)()
+					}
+					f(b, cfg)
+				})
+			}
+			run("window", benchDefaultWindow)
+			run("goroutines", benchDefaultGoroutines)
+		}
+	}
+}

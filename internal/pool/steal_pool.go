@@ -52,11 +52,12 @@ type shared struct {
 // ticketWidth is the most calls one Ticket claim takes (Half still limits it to half of what
 // waits, rounded up). The Dekker region formula gave 4 lanes batches of 4 and 8 lanes batches
 // of 1, and a lane then claimed far more often than a private lane takes its ring: with 1024
-// futures in flight over process lanes, Ticket moved 0.91× (4 lanes) and 0.78× (8 lanes) the
-// calls of private lanes; with 8, 1.08× and 0.96×. 16 and 32 measured no better, and 8 is the
-// widest the model check covers (docs/benchmarks.md, "A lost wake, the idle meter, and
-// Ticket's batch").
-const ticketWidth = 8
+// futures in flight over 8 process lanes, Ticket moved 0.83× the calls of private lanes, and
+// 0.96× with 8 (4 lanes: 0.99× and 1.04×); 1024 goroutines calling over 8 lanes pay for it
+// (0.93× to 0.86×). 8 is the widest the model check covers (BenchmarkTicketWidth;
+// docs/benchmarks.md, "A lost wake, the idle meter, and Ticket's batch"). A variable only
+// for SetTicketWidth.
+var ticketWidth = 8
 
 // autoSteals says, by runtime, whether StealAuto steals (in pools of 2 to 31 lanes with the
 // default balancer and no sandbox): goroutine lanes with StealLocal, process lanes with

@@ -185,6 +185,15 @@ func StopStealBackstop(p *Pool) {
 	p.watchDone = nil
 }
 
+// SetTicketWidth makes the Ticket pools made from now on claim up to w calls at a time
+// instead of ticketWidth, for a benchmark that compares widths; restore undoes it. Not for
+// use beside pools being made.
+func SetTicketWidth(w int) (restore func()) {
+	old := ticketWidth
+	ticketWidth = w
+	return func() { ticketWidth = old }
+}
+
 // StealAlways makes a stealing pool publish every call on its shared ring, also when the
 // ring is empty and a lane idle (which then takes the call on its own ring): for a test of
 // what happens to calls on the shared ring.
