@@ -61,9 +61,10 @@ func stuckLane(t *testing.T, p *knit.Pool) (release func() (string, error)) {
 	}
 }
 
-// A lane that dies (runtime.Goexit in a task) while calls wait behind it and its peer takes
-// them: every call settles once, those it never started with their results, the one it
-// died in with WORKER_EXITED; the pool serves on.
+// One lane is stuck and the other, which takes the calls queued behind it, dies
+// (runtime.Goexit in a task) while it may hold calls it stole and calls queued behind the
+// Goexit: every call settles once, the adds with their results, the one it died in with
+// WORKER_EXITED; the pool serves on.
 func TestStealLocalVictimDies(t *testing.T) {
 	for round := range 10 {
 		p := newPool(t, knit.Config{Lanes: 2, Steal: knit.StealLocal, Balancer: knit.RoundRobin})
