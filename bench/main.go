@@ -56,6 +56,7 @@ type options struct {
 	plots      string // directory for the plots, "" for none
 	plotFrom   string // a -json report to render instead of running
 	plotFormat string
+	rounds     int // paired rounds of each target's two rows (rounds.go)
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	plots := fs.String("plots", "", "write the plots (latency and throughput vs lanes, throughput vs window) into this `directory`")
 	plotFrom := fs.String("plot-from", "", "do not run: read this `file` (written by -json) and print its tables (and, with -plots, draw its plots)")
 	plotFormat := fs.String("plot-format", "svg", "file type of the plots: svg, png or pdf")
+	rounds := fs.Int("rounds", 3, "after the main pass, measure each target's two rows back to back this many `times` and judge the target by the median ratio (0: judge the main pass)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run . [flags]\n\nScenarios:\n")
 		for _, s := range allScenarios() {
@@ -89,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	o := options{short: *short, json: *asJSON, ref: *ref, benchtime: *benchtime, idle: *idle,
-		plots: *plots, plotFrom: *plotFrom, plotFormat: *plotFormat}
+		plots: *plots, plotFrom: *plotFrom, plotFormat: *plotFormat, rounds: *rounds}
 	if !plotFormats[o.plotFormat] {
 		return options{}, fmt.Errorf("-plot-format %q: want svg, png or pdf", o.plotFormat)
 	}
@@ -114,6 +116,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.idle <= 0 {
 		return options{}, fmt.Errorf("-idle must be positive")
+	}
+	if o.rounds < 0 {
+		return options{}, fmt.Errorf("-rounds must not be negative")
 	}
 	return o, nil
 }
@@ -165,6 +170,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		results = append(results, r)
 	}
+	targets := computeTargets(results)
+	var rounds []pairRound
+	if opts.rounds > 0 {
+		rounds = measurePairs(targetPairs(targets), all, opts.rounds, stderr)
+		for _, r := range rounds {
+			if r.A.Err != "" || r.B.Err != "" {
+				fmt.Fprintf(stderr, "bench: paired round %s ÷ %s: %s%s\n", r.Row, r.Against, r.A.Err, r.B.Err)
+			}
+		}
+		applyRounds(targets, rounds)
+	}
 	refName := applyReference(results, opts.ref)
 	meta := runMeta{
 		GoVersion:  runtime.Version(),
@@ -180,9 +196,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Elapsed:    time.Since(start).Round(time.Millisecond).String(),
 		LoadAvg:    [2]float64{loadStart, loadAvg()},
 	}
-	code := output(report{Meta: meta, Results: results, Targets: computeTargets(results)}, opts, stdout, stderr)
+	code := output(report{Meta: meta, Results: results, Targets: targets, Rounds: rounds}, opts, stdout, stderr)
 	for _, r := range results {
 		if r.Err != "" {
+			code = 1
+		}
+	}
+	for _, r := range rounds {
+		if r.A.Err != "" || r.B.Err != "" {
 			code = 1
 		}
 	}
@@ -199,6 +220,7 @@ func render(opts options, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep.Targets = computeTargets(rep.Results)
+	applyRounds(rep.Targets, rep.Rounds)
 	return output(rep, opts, stdout, stderr)
 }
 

@@ -23,6 +23,8 @@ type report struct {
 	Meta    runMeta        `json:"meta"`
 	Results []result       `json:"results"`
 	Targets []targetResult `json:"targets"`
+	// Rounds are the paired rounds the targets were judged by (-rounds).
+	Rounds []pairRound `json:"rounds,omitempty"`
 }
 
 // readReport loads a report written by -json.

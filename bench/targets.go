@@ -282,7 +282,7 @@ func judge(v float64, op string, limit float64) string {
 
 // writeTargets prints the targets table.
 func writeTargets(w io.Writer, ts []targetResult) {
-	fmt.Fprintln(w, "\nTargets (issues 9 and 13), each from rows of this run:")
+	fmt.Fprintln(w, "\nTargets (issues 9 and 13), each from rows of this run (a ratio: the median of its paired rounds, see -rounds):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| target | figure | against | ratio | goal | result |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | --- | --- |")

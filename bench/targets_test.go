@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -193,5 +194,54 @@ func TestParseStatTicks(t *testing.T) {
 	}
 	if _, err := sampleCPU(os.Getpid()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestApplyRounds: a target with paired rounds is judged by the median of the
+// rounds' ratios, whatever the main pass said; a failed round is left out, and
+// a target without rounds keeps the main pass.
+func TestApplyRounds(t *testing.T) {
+	ts := computeTargets(syntheticResults())
+	byName := targetStatus(t, ts)
+	const goWindow = "goroutine lanes, window 1024, 2 lanes ÷ channel pool of 2, same shape (throughput)"
+	tg := byName[goWindow]
+	if tg.Status != "PASS" {
+		t.Fatalf("main pass: %+v", tg)
+	}
+	pairs := targetPairs(ts)
+	if !slices.Contains(pairs, [2]string{tg.Row, tg.Against}) {
+		t.Fatalf("pair %q ÷ %q not listed: %v", tg.Row, tg.Against, pairs)
+	}
+	for i, p := range pairs {
+		if slices.Contains(pairs[i+1:], p) {
+			t.Fatalf("pair %v listed twice", p)
+		}
+	}
+	row := func(name string, ns float64) result {
+		return result{Name: name, N: 1000, NsPerOp: ns, CallsPerSec: 1e9 / ns}
+	}
+	// knit's ns/op 400, 300 and 200 against the channel pool's 100, 200 and
+	// 100: throughput ratios 0.25, 0.667 and 0.5; the failed round is dropped.
+	rounds := []pairRound{
+		{Row: tg.Row, Against: tg.Against, A: row(tg.Row, 400), B: row(tg.Against, 100)},
+		{Row: tg.Row, Against: tg.Against, A: row(tg.Row, 300), B: row(tg.Against, 200)},
+		{Row: tg.Row, Against: tg.Against, A: row(tg.Row, 200), B: row(tg.Against, 100)},
+		{Row: tg.Row, Against: tg.Against, A: result{Name: tg.Row, Err: "boom"}, B: row(tg.Against, 1)},
+	}
+	applyRounds(ts, rounds)
+	got := targetStatus(t, ts)
+	tg = got[goWindow]
+	if tg.Status != "FAIL" || tg.Ratio != 0.5 || !strings.Contains(tg.Note, "median of 3 paired rounds") {
+		t.Fatalf("after rounds: %+v", tg)
+	}
+	if want := 1e9 / 300.0; tg.Value != want || tg.AgainstValue != 1e9/100.0 {
+		t.Fatalf("medians: value %v against %v", tg.Value, tg.AgainstValue)
+	}
+	other := got["goroutine lane sequential Call ÷ unbuffered channel round trip"]
+	if other.Status != "PASS" || other.Ratio != 1 || other.Note != "" {
+		t.Fatalf("a target without rounds changed: %+v", other)
+	}
+	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
+		t.Fatalf("median = %v", m)
 	}
 }
