@@ -172,10 +172,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	targets := computeTargets(results)
 	var rounds []pairRound
+	roundFailed := false
 	if opts.rounds > 0 {
 		rounds = measurePairs(targetPairs(targets), all, opts.rounds, stderr)
 		for _, r := range rounds {
 			if r.A.Err != "" || r.B.Err != "" {
+				roundFailed = true
 				fmt.Fprintf(stderr, "bench: paired round %s ÷ %s: %s%s\n", r.Row, r.Against, r.A.Err, r.B.Err)
 			}
 		}
@@ -202,10 +204,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			code = 1
 		}
 	}
-	for _, r := range rounds {
-		if r.A.Err != "" || r.B.Err != "" {
-			code = 1
-		}
+	if roundFailed {
+		code = 1
 	}
 	return code
 }
