@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -243,5 +245,35 @@ func TestApplyRounds(t *testing.T) {
 	}
 	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
 		t.Fatalf("median = %v", m)
+	}
+}
+
+// TestMeasurePairs: each round measures a pair's two rows back to back, the first row first
+// in even rounds and second in odd ones, and files each result under its own row.
+func TestMeasurePairs(t *testing.T) {
+	old := flag.Lookup("test.benchtime").Value.String()
+	defer flag.Set("test.benchtime", old)
+	if err := flag.Set("test.benchtime", "1x"); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	row := func(name string) scenario {
+		return scenario{name: name, setup: func() (func(*testing.B), func() error, error) {
+			body := func(b *testing.B) { order = append(order, name) }
+			return body, func() error { return nil }, nil
+		}}
+	}
+	all := []scenario{row("a"), row("b")}
+	rounds := measurePairs([][2]string{{"a", "b"}, {"a", "missing"}}, all, 2, io.Discard)
+	if got := strings.Join(order, ","); got != "a,b,b,a" {
+		t.Fatalf("order %s, want a,b,b,a", got)
+	}
+	if len(rounds) != 2 {
+		t.Fatalf("%d rounds, want 2 (the pair with an unknown row is skipped)", len(rounds))
+	}
+	for _, r := range rounds {
+		if r.Row != "a" || r.Against != "b" || r.A.Name != "a" || r.B.Name != "b" || !measured(&r.A) || !measured(&r.B) {
+			t.Fatalf("round filed wrong: %+v", r)
+		}
 	}
 }
