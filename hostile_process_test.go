@@ -72,7 +72,6 @@ var (
 		out, err := exec.Command(name, "-c", "echo found").Output()
 		return strings.TrimSpace(string(out)), err
 	})
-	// hog asks for n bytes of heap it never touches.
 	// hog allocates n bytes in 1 MiB pieces and keeps them until it returns. In pieces, not in
 	// one slice: under RLIMIT_DATA the kernel lets the Go heap map one allocation however large
 	// over address space the runtime reserved (see TestProcessPrefixMemoryLimit); growing

@@ -35,13 +35,17 @@ func targetPairs(ts []targetResult) [][2]string {
 	var pairs [][2]string
 	for _, t := range ts {
 		p := [2]string{t.Row, t.Against}
-		if t.Against == "" || t.Status == "n/a" || slices.Contains(pairs, p) {
+		if !paired(t) || slices.Contains(pairs, p) {
 			continue
 		}
 		pairs = append(pairs, p)
 	}
 	return pairs
 }
+
+// paired reports whether t compares two rows that were both measured: the
+// targets that paired rounds judge.
+func paired(t targetResult) bool { return t.Against != "" && t.Status != "n/a" }
 
 // measurePairs measures every pair rounds times, its two rows back to back.
 // A pair whose scenario is unknown is skipped; a row that fails is kept with
@@ -81,7 +85,7 @@ func measurePairs(pairs [][2]string, all []scenario, rounds int, stderr io.Write
 func applyRounds(ts []targetResult, rounds []pairRound) {
 	for i := range ts {
 		t := &ts[i]
-		if t.Against == "" || t.Status == "n/a" {
+		if !paired(*t) {
 			continue
 		}
 		var as, bs, ratios []float64
