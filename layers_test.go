@@ -10,10 +10,9 @@ import (
 
 // The packages depend on each other one way, top to bottom (a package may skip levels
 // downward); commands and examples sit above the root, and so does inspect, the optional
-// HTTP inspector, which uses the root's public API only. internal/pool is the root's
-// implementation (the root is its facade): it sits right below the root, above everything
-// the root builds on; the other internal/ packages are the bottom layer.
-var layers = []string{"cmd/", "examples/", "inspect", "", "internal/pool", "supervisor", "lifecycle", "actors", "steal", "fastpath", "internal/"}
+// HTTP inspector, which uses the root's public API only. The root holds the pool and its
+// public types; the internal/ packages are the bottom layer.
+var layers = []string{"cmd/", "examples/", "inspect", "", "supervisor", "lifecycle", "actors", "steal", "fastpath", "internal/"}
 
 func layerOf(t *testing.T, pkg string) int {
 	rel, ok := strings.CutPrefix(pkg, "github.com/knitgo/knit")

@@ -45,11 +45,11 @@ func BenchmarkTicketWidth(b *testing.B) {
 				mode, name = knit.StealOff, "off"
 			}
 			cfg := knit.Config{Runtime: knit.Process, Lanes: lanes, Steal: mode}
+			if w > 0 {
+				cfg = knit.WithTicketWidth(cfg, w)
+			}
 			run := func(shape string, f func(*testing.B, knit.Config)) {
 				b.Run(fmt.Sprintf("lanes=%d/%s/%s", lanes, name, shape), func(b *testing.B) {
-					if w > 0 {
-						defer knit.SetTicketWidth(w)()
-					}
 					f(b, cfg)
 				})
 			}

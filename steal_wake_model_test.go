@@ -7,7 +7,7 @@ import (
 )
 
 // An exhaustive interleaving check of how a stealing pool's host makes sure lanes claim what
-// it publishes (shared.wake and lane.offer in internal/pool/steal_pool.go) against how a lane looks for
+// it publishes (shared.wake and lane.offer in steal.go) against how a lane looks for
 // work and parks (actors.Executor.Run, fastpath.Wake), at the level of the shared words
 // both read and write: the ring's tail and claim head, and per lane its awake word, its
 // running word's busy bit and its bell's wake token. Every step is one access to one of

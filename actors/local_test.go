@@ -14,7 +14,7 @@ import (
 	"github.com/knitgo/knit/internal/shm"
 )
 
-// Tests of the LocalLane, driven the way the pool's lane drives it (internal/pool/lane.go,
+// Tests of the LocalLane, driven the way the pool's lane drives it (lane.go in the root,
 // submitLocal): count the call, name the lane in its record, push; and on a push that
 // finds the lane ended, take the call back with a CAS on its record's Lane field.
 

@@ -197,6 +197,12 @@ func Serve(h Hooks) int {
 	aborts := newAbortWatch(region)
 	aborts.shared = sharedAborts
 	aborts.prop = h.Propagator
+	if h.DeadlineCause != nil {
+		aborts.deadline = h.DeadlineCause
+	}
+	if h.CanceledCause != nil {
+		aborts.canceled = h.CanceledCause
+	}
 	exec := &actors.Executor{
 		Region:  region,
 		Lane:    fastpath.FutexBell{},
@@ -326,10 +332,12 @@ type abortWatch struct {
 	prop    propagation.TextMapPropagator // puts carried fields into a call's context
 	shared  fastpath.Bitmap               // the abort bits of a stealing pool's shared calls
 	done    chan struct{}
+	// deadline and canceled are the causes of a call context's end (Hooks).
+	deadline, canceled error
 }
 
 func newAbortWatch(r *fastpath.Region) *abortWatch {
-	w := &abortWatch{region: r, bit: -1, done: make(chan struct{})}
+	w := &abortWatch{region: r, bit: -1, done: make(chan struct{}), deadline: ErrCallerDeadline, canceled: ErrCallerCanceled}
 	go w.run()
 	return w
 }
@@ -356,14 +364,14 @@ func (w *abortWatch) context(bit int, deadline int64, carried []byte) (context.C
 		}
 	}
 	if deadline != 0 {
-		ctx, stop = context.WithDeadlineCause(ctx, time.Unix(0, deadline), ErrCallerDeadline)
+		ctx, stop = context.WithDeadlineCause(ctx, time.Unix(0, deadline), w.deadline)
 	}
 	bits, i := w.bitmap(bit)
 	if i < 0 || i >= bits.Len() {
 		return ctx, stop
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	abort := func() { cancel(ErrCallerCanceled) }
+	abort := func() { cancel(w.canceled) }
 	w.mu.Lock()
 	w.bit, w.cancel = bit, abort
 	w.mu.Unlock()

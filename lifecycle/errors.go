@@ -92,10 +92,11 @@ func (e *Error) KnitMessage() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Cause }
 
-// Is matches any *Error with the same code.
+// Is matches any error with the same code: an *Error, or a knit.Error (anything with a
+// KnitCode).
 func (e *Error) Is(target error) bool {
-	var t *Error
-	return errors.As(target, &t) && t.Code == e.Code
+	var t interface{ KnitCode() string }
+	return errors.As(target, &t) && t.KnitCode() == string(e.Code)
 }
 
 // Sentinels for errors.Is.

@@ -8,4 +8,8 @@ type Hooks struct {
 	// host) into each task's context, e.g. propagation.TraceContext{} so that a trace goes on
 	// in the lane. Without it, carried values are ignored.
 	Propagator propagation.TextMapPropagator
+	// DeadlineCause and CanceledCause are context.Cause of a task's context when its
+	// caller's deadline passed or its caller gave up (knit.ErrCallerDeadline and
+	// knit.ErrCallerCanceled); nil: ErrCallerDeadline and ErrCallerCanceled of this package.
+	DeadlineCause, CanceledCause error
 }

@@ -62,6 +62,7 @@ func (f *fakeRun) Kill(Exit) bool { return f.killable }
 type fakeRuntime struct{ run *fakeRun }
 
 func (r fakeRuntime) Open(int, int) (Incarnation, error) { return r.run, nil }
+func (fakeRuntime) Caps() Caps                           { return Caps{} }
 
 func newTestLane(t *testing.T, killable bool, ack time.Duration) (*Lane, *fakeRun, *fakeRings, *sync.Mutex) {
 	t.Helper()
@@ -179,3 +180,4 @@ func (f *failingRun) Start(Launch) error { return errors.New("no process") }
 type failingRuntime struct{ run *failingRun }
 
 func (r failingRuntime) Open(int, int) (Incarnation, error) { return r.run, nil }
+func (failingRuntime) Caps() Caps                           { return Caps{} }

@@ -17,10 +17,36 @@ import (
 // Incarnation, so a third one (lanes on another machine) is a third implementation of these
 // two interfaces, not a change to the pool.
 type Runtime interface {
+	// Caps says what the runtime's lanes are and can do. The pool asks this, never which
+	// runtime it has.
+	Caps() Caps
 	// Open makes the memory of incarnation inc of lane idx: its region and doorbells.
 	// Nothing runs until Incarnation.Start.
 	Open(idx, inc int) (Incarnation, error)
 }
+
+// Caps is what a runtime's lanes are and can do, as far as the pool's choices depend on it.
+type Caps struct {
+	// Remote: lanes run outside the host's memory (every Incarnation.Remote is true).
+	// Inputs are encoded and copied, so only portable types cross; results wait on return
+	// rings for a reaper; deadlines travel with each call; a call is interrupted through its
+	// abort bit and ended at its hard timeout by a kill; a lane that does not stop is
+	// killed, not abandoned; a shared submit ring lives in a mapping every lane shares.
+	Remote bool
+	// Spin is how long a lane and a caller poll by default before they park (zero: they
+	// park at once).
+	Spin time.Duration
+	// Watched: a lane can stop without ending (frozen, a stuck runtime), so the watchdog
+	// checks its heartbeat, and it has a resident memory to sample.
+	Watched bool
+	// Confined: lanes take the process settings: spares, limits and cgroups, a sandbox.
+	Confined bool
+	// LocalSteal: lanes can take calls from one another's queues in the host's memory.
+	LocalSteal bool
+}
+
+// ProcessSpin is how long a process lane, and a caller of one, poll before they park.
+const ProcessSpin = 50 * time.Microsecond
 
 // An Incarnation is one start of a lane, as its host sees it.
 type Incarnation interface {
@@ -87,6 +113,10 @@ type Goroutines struct {
 	Inline int   // inline payload bytes per slot
 	Epoch  int64 // the pool's epoch (Unix nanoseconds), stamped into each region
 }
+
+// Caps implements Runtime: goroutine lanes share the host's memory and are handed calls
+// through the Go scheduler, which beats spinning on small machines (docs/benchmarks.md).
+func (Goroutines) Caps() Caps { return Caps{LocalSteal: true} }
 
 // Open implements Runtime.
 func (g Goroutines) Open(idx, inc int) (Incarnation, error) {
@@ -155,6 +185,11 @@ type Processes struct {
 	StartupTimeout, Liveness time.Duration
 	// Limits, if set, adds to a process's Exit the limits it ran under.
 	Limits func(x *Exit)
+}
+
+// Caps implements Runtime.
+func (*Processes) Caps() Caps {
+	return Caps{Remote: true, Spin: ProcessSpin, Watched: true, Confined: true}
 }
 
 // Open implements Runtime.

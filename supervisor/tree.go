@@ -50,11 +50,13 @@ type Config struct {
 	Policy Policy // defaults applied by Start
 	// System is the actor system to run in; nil starts one that Close shuts down.
 	System *actor.ActorSystem
-	// Parent, if set, is told with a *PoolFailed message when the tree gives up.
-	Parent *actor.PID
-	Name   string             // the pool actor's name (unique in System)
-	Rand   func() float64     // jitter source (default math/rand/v2.Float64)
-	Logger actor.ConfigOption // for an own system: typically actor.WithLoggerFactory
+	// Parent, if set, is told with a *PoolFailed message when the tree gives up, or with
+	// what FailedMessage makes of the pool actor and the error, if set.
+	Parent        *actor.PID
+	FailedMessage func(pool *actor.PID, err error) any
+	Name          string             // the pool actor's name (unique in System)
+	Rand          func() float64     // jitter source (default math/rand/v2.Float64)
+	Logger        actor.ConfigOption // for an own system: typically actor.WithLoggerFactory
 	// Clock is the tree's only source of time: event times, ready times, the restart
 	// decision's now, and the backoff timers (default: the time package). Tests pass a fake
 	// one so that a crash-loop backoff of a minute takes no time.
@@ -1049,7 +1051,11 @@ func (p *poolActor) checkFailed() {
 	p.t.host.Event(Event{Lane: -1, From: Ready, To: Failed, Code: err.Code, Reason: err.Message, Time: p.t.cfg.Clock.Now()})
 	p.t.evMu.Unlock()
 	if parent := p.t.cfg.Parent; parent != nil {
-		p.t.sys.Root.Send(parent, &PoolFailed{Pool: p.self, Err: err})
+		var msg any = &PoolFailed{Pool: p.self, Err: err}
+		if f := p.t.cfg.FailedMessage; f != nil {
+			msg = f(p.self, err)
+		}
+		p.t.sys.Root.Send(parent, msg)
 	}
 }
 

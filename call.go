@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"context"
@@ -19,7 +19,13 @@ import (
 type Future[Out any] struct{ f actors.Future[Out] }
 
 // Wait blocks until the call settles and returns its result or its *Error.
-func (f *Future[Out]) Wait() (Out, error) { return f.f.Wait() }
+func (f *Future[Out]) Wait() (Out, error) {
+	out, err := f.f.Wait()
+	if err != nil {
+		err = errorOf(err)
+	}
+	return out, err
+}
 
 // Done returns a channel closed when the call has settled, for select; Wait then returns
 // at once.
@@ -50,7 +56,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	}
 	r, err := t.def.Records.Alloc()
 	if err != nil {
-		err = &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 		t.rejected(p, err)
 		return zero, err
 	}
@@ -94,6 +100,9 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	}
 	out, err := r.Out, r.Err
 	t.def.Records.Release(r)
+	if err != nil {
+		err = errorOf(err)
+	}
 	return out, err
 }
 
@@ -135,6 +144,9 @@ func (t *Task[In, Out]) callLocal(ctx context.Context, p *Pool, r *actors.Record
 	}
 	out, err := r.Out, r.Err
 	t.def.Records.Release(r)
+	if err != nil {
+		err = errorOf(err)
+	}
 	return out, err
 }
 
@@ -153,7 +165,7 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 		if cancel != nil {
 			cancel()
 		}
-		err = &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
 		t.rejected(p, err)
 		actors.FailFuture(f, err)
 		return fut
@@ -196,11 +208,11 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, context.CancelFunc, error) {
 	switch {
 	case p == nil:
-		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
+		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
 	case p.closing.Load():
-		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
+		return ctx, nil, &Error{Code: CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
 	case int(t.def.Index()) >= len(p.byIndex) || p.byIndex[t.def.Index()] == nil:
-		return ctx, nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
+		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
 	}
 	if ctx.Err() != nil {
 		return ctx, nil, ctxError(ctx, t.def)
@@ -383,7 +395,7 @@ func (p *Pool) drainAll() (settled int) {
 // refusing a value over the per-call maximum before anything is published.
 func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[In, Out]) (actors.Call, error) {
 	c := actors.Call{Def: t.def, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq, Done: ctx.Done()}
-	if p.cfg.Runtime != Process {
+	if !p.caps.Remote {
 		c.Local = r
 		return c, nil
 	}
@@ -393,10 +405,10 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 		r.Enc = actors.AppendCarried(r.Enc, func(add func(k, v string)) { prop.Inject(ctx, setCarrier(add)) })
 	}
 	if r.Enc, err = t.def.InCodec.Append(r.Enc, r.In); err != nil {
-		return c, &lifecycle.Error{Code: lifecycle.CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
+		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
 	}
 	if len(r.Enc) > p.cfg.Payload.MaxCall {
-		return c, &lifecycle.Error{Code: lifecycle.CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
+		return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
 			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.Payload = r.Enc
@@ -504,13 +516,13 @@ func (t *Task[In, Out]) failure(ctx context.Context, err error) (Out, error) {
 		if o.HasDefault {
 			return t.def.TimeoutValue(), nil
 		}
-		return t.def.TimeoutValue(), &lifecycle.Error{Code: lifecycle.CodeTimeout, Lane: -1, Task: t.def.Name(),
+		return t.def.TimeoutValue(), &Error{Code: CodeTimeout, Lane: -1, Task: t.def.Name(),
 			Message: fmt.Sprintf("no result within %v", o.CallTimeout()), Cause: context.DeadlineExceeded}
 	}
 	var zero Out
-	var ke *lifecycle.Error
+	var ke coded
 	if errors.As(err, &ke) {
-		return zero, err
+		return zero, errorOf(err)
 	}
 	return zero, ctxError(ctx, t.def)
 }

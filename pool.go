@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"context"
@@ -54,8 +54,8 @@ type Pool struct {
 	drainMu             sync.Once
 
 	changeMu sync.Mutex
-	changed  chan struct{}                   // closed and replaced when a lane comes up or the pool fails
-	failed   atomic.Pointer[lifecycle.Error] // set when the supervisor gave up every lane
+	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
+	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
 	spares lifecycle.Spares // process lanes started ahead for restarts
 	up     atomic.Bool      // the first boot is over: starts may take spares (resize.go)
@@ -65,7 +65,7 @@ type Pool struct {
 	stopWatch chan struct{} // closed by Close once the lanes are stopped
 	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
 
-	events  chan supervisor.Event
+	events  chan Event
 	evMu    sync.Mutex // guards sends on events against its closing
 	evDone  bool
 	dropped atomic.Uint64
@@ -79,7 +79,7 @@ type Pool struct {
 	// Events() buffers from its first call (evWanted); before it, recent holds the last
 	// transitions for it to deliver first (under evMu).
 	evWanted atomic.Bool
-	recent   []supervisor.Event
+	recent   []Event
 
 	limits poolLimits // process lanes: their limits and cgroups (limits.go)
 
@@ -89,34 +89,43 @@ type Pool struct {
 
 	procs   *lifecycle.Launcher // process lanes: how their processes start (lane_process.go)
 	runtime lifecycle.Runtime   // where the lanes' incarnations run
+	caps    lifecycle.Caps      // what they can do (runtime.go)
 	memory  string              // what their regions are made of, for the fastpath log
 }
 
 var poolIDs atomic.Uint64
 
-// Definition is a task that NewPool accepts: a *Task of any type.
-type Definition interface{ actorsDef() actors.Def }
+// NewPool starts a pool serving tasks: its supervision tree boots every lane, in parallel,
+// and NewPool returns once all are ready, or with the first startup error.
+func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
+	p, err := newPool(cfg, tasks...)
+	if err != nil {
+		return nil, errorOf(err)
+	}
+	return p, nil
+}
 
-// New starts a pool serving tasks (knit.NewPool): its supervision tree boots every lane, in parallel,
-// and New returns once all are ready, or with the first startup error.
-func New(cfg Config, tasks ...Definition) (*Pool, error) { return newPool(cfg, true, tasks...) }
-
-// newPool starts a pool; without supervised, its lanes run with no supervision tree (so that
-// benchmarks can show what the tree costs the call path: nothing, as it is never on it).
-func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
+// newPool starts a pool. With cfg.test.unsupervised, its lanes run with no supervision
+// tree (so that benchmarks can show what the tree costs the call path: nothing, as it is
+// never on it).
+func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	if lifecycle.IsLane() {
-		return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
 	}
 	if err := checkTasks(tasks); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	p := &Pool{cfg: cfg, id: poolIDs.Add(1), epoch: time.Now(),
+	if cfg.Runtime < 0 || int(cfg.Runtime) >= len(runtimes) {
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Runtime %d", int(cfg.Runtime))}
+	}
+	rt := runtimes[cfg.Runtime]
+	cfg = cfg.withDefaults(rt.caps)
+	p := &Pool{cfg: cfg, caps: rt.caps, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
 	if cfg.Lanes > maxLanes {
-		return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
+		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
 	}
 	p.size.Store(int32(cfg.Lanes))
 	debug := logging.DebugFromEnv()
@@ -130,7 +139,7 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	p.log = p.root.Named(logging.Lifecycle)
 	p.laneLog, p.fastLog = p.root.Named(logging.Lane), p.root.Named(logging.Fastpath)
 	p.codecLog = p.root.Named(logging.Codec)
-	p.reaped = cfg.Runtime == Process
+	p.reaped = p.caps.Remote
 	all := actors.All()
 	p.byIndex = make([]actors.Def, len(all))
 	for _, t := range tasks {
@@ -145,13 +154,13 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 			}
 		}
 	}
-	if err := checkPortable(cfg, p.defs); err != nil {
+	if err := checkPortable(p.caps, p.defs); err != nil {
 		return nil, err
 	}
-	if err := checkSandbox(cfg, p.log); err != nil {
+	if err := checkSandbox(cfg, p.caps, p.log); err != nil {
 		return nil, err
 	}
-	if err := checkSteal(cfg); err != nil {
+	if err := checkSteal(cfg, p.caps); err != nil {
 		return nil, err
 	}
 	shared, err := newShared(p)
@@ -159,8 +168,8 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.shared = shared
-	p.local = cfg.Runtime != Process && shared == nil
-	if mode, _ := stealMode(cfg); mode == StealLocal {
+	p.local = !p.caps.Remote && shared == nil
+	if mode, _ := stealMode(cfg, p.caps); mode == StealLocal {
 		// A balancer that gives calls to an idle lane first leaves a parked lane nothing to
 		// steal for; the others may queue calls on a busy lane while one is idle.
 		idleFirst := cfg.Balancer == LeastLoaded || cfg.Balancer == FirstIdle || cfg.Balancer == FirstIdleOrRandom
@@ -177,20 +186,10 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	p.obs = obs
-	if cfg.Runtime == Process {
-		if err := p.openLimits(); err != nil {
-			return nil, err
-		}
-		p.openProcesses()
-	} else {
-		inline := cfg.Payload.Inline
-		if p.local {
-			inline = 64 // a LocalLane uses its region's stop word and counters, not its rings
-		}
-		p.runtime = lifecycle.Goroutines{Inline: inline, Epoch: p.epoch.UnixNano()}
-		p.memory = "heap"
+	if p.runtime, err = rt.open(p); err != nil {
+		return nil, err
 	}
-	if !supervised {
+	if cfg.test.unsupervised {
 		for i := range cfg.Lanes {
 			w, err := host{p}.StartLane(i, 0)
 			if err != nil {
@@ -210,9 +209,10 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	}
 	slogger := logging.Slog(p.root)
 	tree, err := supervisor.Start(supervisor.Config{
-		Lanes: cfg.Lanes, Policy: cfg.Restart, System: cfg.ActorSystem, Parent: cfg.Parent,
-		Name:   p.Name(),
-		Logger: actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
+		Lanes: cfg.Lanes, Policy: cfg.Restart.policy(), System: cfg.ActorSystem, Parent: cfg.Parent,
+		FailedMessage: func(pool *actor.PID, err error) any { return &PoolFailed{Pool: pool, Err: errorOf(err)} },
+		Name:          p.Name(),
+		Logger:        actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
 	}, host{p})
 	if err != nil {
 		p.closing.Store(true)
@@ -222,13 +222,13 @@ func newPool(cfg Config, supervised bool, tasks ...Definition) (*Pool, error) {
 	}
 	p.tree = tree
 	p.up.Store(true)
-	if cfg.Runtime == Process {
+	if p.caps.Confined {
 		p.spares.Refill()
 	}
 	// A stealing pool of goroutine lanes runs the watchdog too, for its shared-ring backstop
-	// (it rings parked lanes while calls wait unclaimed; the per-lane checks are for
-	// process lanes only).
-	if cfg.Runtime == Process && (cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0) || p.shared != nil {
+	// (it rings parked lanes while calls wait unclaimed; the per-lane checks are for lanes
+	// that can freeze without ending).
+	if p.caps.Watched && (cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0) || p.shared != nil {
 		p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
 		go p.watchdog(p.stopWatch, p.watchDone)
 	}
@@ -249,7 +249,7 @@ func (p *Pool) PID() *actor.PID { return p.tree.PID() }
 // full are dropped and counted in Stats.DroppedEvents (Config.OnEvent drops none). Until
 // Events is first called, no channel is filled: a program that only uses OnEvent drops
 // nothing.
-func (p *Pool) Events() <-chan supervisor.Event { return p.subscribe() }
+func (p *Pool) Events() <-chan Event { return p.subscribe() }
 
 // host is the pool as the supervision tree sees it.
 type host struct{ p *Pool }
@@ -268,8 +268,8 @@ func (h host) StartLane(idx, inc int) (supervisor.Worker, error) {
 }
 
 // Event implements supervisor.Host.
-func (h host) Event(e supervisor.Event) {
-	p := h.p
+func (h host) Event(se supervisor.Event) {
+	p, e := h.p, eventOf(se)
 	if ce := p.log.Check(eventLevel(e), eventMessage(e)); ce != nil {
 		fields := []zap.Field{zap.Int("lane", e.Lane), zap.Int("incarnation", e.Incarnation), zap.Stringer("from", e.From)}
 		if e.Code != "" {
@@ -278,12 +278,12 @@ func (h host) Event(e supervisor.Event) {
 		if e.Reason != "" {
 			fields = append(fields, zap.String("reason", e.Reason))
 		}
-		if e.To == supervisor.Restarting || e.To == supervisor.CrashLoopBackoff {
+		if e.To == StateRestarting || e.To == StateCrashLoopBackoff {
 			fields = append(fields, zap.Duration("backoff", e.Delay))
 		}
 		ce.Write(fields...)
 	}
-	if e.To == supervisor.CrashLoopBackoff {
+	if e.To == StateCrashLoopBackoff {
 		p.signal() // calls that fail fast stop waiting
 	}
 	p.eventLog.add(e)
@@ -296,7 +296,7 @@ func (h host) Event(e supervisor.Event) {
 
 // buffer sends e to the Events channel once it has been asked for, and remembers it for a
 // first call until then.
-func (p *Pool) buffer(e supervisor.Event) {
+func (p *Pool) buffer(e Event) {
 	p.evMu.Lock()
 	defer p.evMu.Unlock()
 	if p.evDone {
@@ -313,7 +313,7 @@ func (p *Pool) buffer(e supervisor.Event) {
 	}
 }
 
-func eventMessage(e supervisor.Event) string {
+func eventMessage(e Event) string {
 	if e.Lane < 0 {
 		return "pool " + e.To.String()
 	}
@@ -322,15 +322,15 @@ func eventMessage(e supervisor.Event) string {
 
 // eventLevel logs the routine transitions of a first start and of Close at Debug, and
 // everything a supervisor has to do something about above it.
-func eventLevel(e supervisor.Event) zapcore.Level {
+func eventLevel(e Event) zapcore.Level {
 	switch e.To {
-	case supervisor.Crashed, supervisor.Exited, supervisor.StartupFailed:
+	case StateCrashed, StateExited, StateStartupFailed:
 		return zapcore.WarnLevel
-	case supervisor.Dead, supervisor.Failed, supervisor.CrashLoopBackoff:
+	case StateDead, StateFailed, StateCrashLoopBackoff:
 		return zapcore.ErrorLevel
-	case supervisor.Restarting, supervisor.Recycling, supervisor.Retiring, supervisor.Removed:
+	case StateRestarting, StateRecycling, StateRetiring, StateRemoved:
 		return zapcore.InfoLevel
-	case supervisor.Booting, supervisor.Ready:
+	case StateBooting, StateReady:
 		if e.Incarnation > 0 {
 			return zapcore.InfoLevel
 		}
@@ -340,9 +340,11 @@ func eventLevel(e supervisor.Event) zapcore.Level {
 
 // Failed implements supervisor.Host.
 func (h host) Failed(err error) {
-	var e *lifecycle.Error
-	if !errors.As(err, &e) {
-		e = &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Cause: err}
+	var e *Error
+	if le := (*lifecycle.Error)(nil); errors.As(err, &le) {
+		e = fromLifecycle(le)
+	} else {
+		e = &Error{Code: CodePoolUnavailable, Lane: -1, Cause: err}
 	}
 	h.p.failed.Store(e)
 	if h.p.shared != nil { // no lane will claim what is on the shared ring
@@ -470,7 +472,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		l := p.pick()
 		if l == nil {
 			if e := p.failed.Load(); e != nil {
-				return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 			}
 			changed := p.changes()
 			if p.closing.Load() {
@@ -480,7 +482,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-					return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
+					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 						Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 				}
 				select {
@@ -521,7 +523,7 @@ func (p *Pool) full(ctx context.Context, c actors.Call, err error, lane int) err
 		if lane < 0 {
 			which = "shared"
 		}
-		return &lifecycle.Error{Code: lifecycle.CodeOverloaded, Lane: lane, Task: c.Def.Name(),
+		return &Error{Code: CodeOverloaded, Lane: lane, Task: c.Def.Name(),
 			Message: fmt.Sprintf("%s backlog of %d calls is full", which, p.cfg.Backlog)}
 	}
 }
@@ -541,10 +543,10 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 			return nil, errClosed
 		}
 		if e := p.failed.Load(); e != nil {
-			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
 		}
 		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
-			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 				Message: "every lane is in crash-loop backoff (Config.FailFast)"}
 		}
 		if s.inflight.Load() == 0 && !s.always.Load() {
@@ -577,7 +579,7 @@ func (p *Pool) requeue(r actors.Retry) bool {
 	}
 	p.requeued.Add(1) // the call is the pool's while it looks for a lane
 	c := actors.Call{Def: r.Def, ID: r.ID, Gen: r.Gen, Lane: r.Lane, Abort: r.Abort, Seq: r.Seq, Payload: r.Payload, Local: r.Local, Done: r.Ctx.Done()}
-	if d, ok := r.Ctx.Deadline(); ok && p.cfg.Runtime == Process {
+	if d, ok := r.Ctx.Deadline(); ok && p.caps.Remote {
 		c.Deadline = d.UnixNano()
 	}
 	go func() {
@@ -592,16 +594,16 @@ func (p *Pool) requeue(r actors.Retry) bool {
 	return true
 }
 
-var errClosed = &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Message: "pool is closed"}
+var errClosed = &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed"}
 
 // ctxError is the error of a call whose caller's context ended.
 func ctxError(ctx context.Context, d actors.Def) error {
 	err := ctx.Err()
-	code := lifecycle.CodeCanceled
+	code := CodeCanceled
 	if errors.Is(err, context.DeadlineExceeded) {
-		code = lifecycle.CodeTimeout
+		code = CodeTimeout
 	}
-	return &lifecycle.Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
+	return &Error{Code: code, Lane: -1, Task: d.Name(), Cause: err}
 }
 
 // callDone follows a settled call: while closing, the last one opens Close's drain wait.
@@ -667,7 +669,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			<-p.watchDone
 		}
 		if p.shared != nil {
-			p.shared.close(&lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1, Message: "pool closed"})
+			p.shared.close(&Error{Code: CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()
 		}
 		p.spares.Close()
@@ -676,14 +678,14 @@ func (p *Pool) Close(ctx context.Context) error {
 		p.closeEvents()
 		if len(unacked) > 0 {
 			what := "abandoned"
-			if p.cfg.Runtime == Process {
+			if p.caps.Remote {
 				what = "killed"
 			}
 			names := make([]string, len(unacked))
 			for i, l := range unacked {
 				names[i] = fmt.Sprint(l)
 			}
-			p.closeErr = &lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: -1,
+			p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
 				Message: "lanes did not acknowledge their stop request and were " + what + ": " + strings.Join(names, ", ")}
 		}
 	})
@@ -704,7 +706,7 @@ func (p *Pool) stopLanes() (unacked []int) {
 // LaneStats describes one lane.
 type LaneStats struct {
 	Lane        int
-	State       supervisor.State
+	State       State
 	Incarnation int // 0 for the first start, then higher with each restart or recycle
 	Restarts    int
 	InFlight    int    // calls on the lane, including its backlog
@@ -757,7 +759,9 @@ func (p *Pool) Stats() Stats {
 	for i := range p.laneCount() {
 		ls := LaneStats{Lane: i}
 		if p.tree != nil {
-			ls.State, ls.Incarnation, ls.Restarts = p.tree.LaneState(i)
+			var st supervisor.State
+			st, ls.Incarnation, ls.Restarts = p.tree.LaneState(i)
+			ls.State = State(st)
 			ls.Recycles = p.tree.Recycles(i)
 		}
 		// Between a new incarnation's booting and its ready, the lane pointer still names

@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"context"
@@ -61,16 +61,16 @@ func (p *Pool) laneCount() int { return int(p.size.Load()) }
 func (p *Pool) Resize(ctx context.Context, n int) error {
 	switch {
 	case p == nil:
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "nil pool"}
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "nil pool"}
 	case n < 1 || n > maxLanes:
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("cannot resize to %d lanes (1 to %d)", n, maxLanes)}
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("cannot resize to %d lanes (1 to %d)", n, maxLanes)}
 	case p.tree == nil:
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "an unsupervised pool cannot be resized"}
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "an unsupervised pool cannot be resized"}
 	}
 	p.resizeMu.Lock()
 	defer p.resizeMu.Unlock()
 	if p.closing.Load() {
-		return &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Message: "pool is closed: cannot resize"}
+		return &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed: cannot resize"}
 	}
 	cur := p.laneCount()
 	if n == cur {
@@ -116,12 +116,12 @@ func (p *Pool) grow(ctx context.Context, cur, n int) error {
 		case ready():
 			return nil
 		case p.closing.Load():
-			return &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Message: "pool closed while lanes were being added"}
+			return &Error{Code: CodePoolClosed, Lane: -1, Message: "pool closed while lanes were being added"}
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return &lifecycle.Error{Code: ctxCode(ctx), Lane: -1, Message: fmt.Sprintf("lanes added, not all ready yet (%d lanes)", n), Cause: ctx.Err()}
+			return &Error{Code: ctxCode(ctx), Lane: -1, Message: fmt.Sprintf("lanes added, not all ready yet (%d lanes)", n), Cause: ctx.Err()}
 		}
 	}
 }
@@ -158,21 +158,21 @@ func (p *Pool) shrink(ctx context.Context, cur, n int) error {
 		p.slots[i].cur.Store(nil)
 	}
 	if ctx.Err() != nil {
-		return &lifecycle.Error{Code: ctxCode(ctx), Lane: -1, Message: fmt.Sprintf("resized to %d lanes; the retiring lanes were stopped before their calls finished", n), Cause: ctx.Err()}
+		return &Error{Code: ctxCode(ctx), Lane: -1, Message: fmt.Sprintf("resized to %d lanes; the retiring lanes were stopped before their calls finished", n), Cause: ctx.Err()}
 	}
 	return nil
 }
 
 func (p *Pool) resizeError(err error) error {
 	if errors.Is(err, supervisor.ErrClosed) {
-		return &lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Message: "pool is closed: cannot resize", Cause: err}
+		return &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed: cannot resize", Cause: err}
 	}
-	return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "resize", Cause: err}
+	return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "resize", Cause: errorOf(err)}
 }
 
-func ctxCode(ctx context.Context) lifecycle.Code {
+func ctxCode(ctx context.Context) Code {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return lifecycle.CodeTimeout
+		return CodeTimeout
 	}
-	return lifecycle.CodeCanceled
+	return CodeCanceled
 }

@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"fmt"
@@ -139,7 +139,7 @@ func (l Limits) check() error {
 func (p *Pool) openLimits() error {
 	l := p.cfg.Process.Limits
 	if err := l.check(); err != nil {
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits: " + err.Error()}
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits: " + err.Error()}
 	}
 	pl := &p.limits
 	pl.mechanism, pl.memory = LimitsRlimits, l.Memory
@@ -156,7 +156,7 @@ func (p *Pool) openLimits() error {
 			p.log.Info("process lanes run in cgroups of their own", zap.String("mechanism", string(pl.mechanism)),
 				zap.String("cgroup", name))
 		case l.Cgroup == CgroupRequired:
-			return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits.Cgroup is CgroupRequired", Cause: err}
+			return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits.Cgroup is CgroupRequired", Cause: err}
 		default:
 			lost := ""
 			if l.CPUs > 0 {

@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"errors"
@@ -299,30 +299,30 @@ func (l *lane) SettleResult(r actors.Result) error {
 
 // Wrap implements actors.Wrapper: a lane's outcome as the caller's error.
 func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
-	var ke *lifecycle.Error
+	var ke coded
 	var we actors.WireError
 	switch {
 	case o == actors.Failed && errors.As(err, &we) && we.Code != "":
-		return &lifecycle.Error{Code: lifecycle.Code(we.Code), Lane: l.Idx, Task: t.Name(), Message: we.Message}
+		return &Error{Code: Code(we.Code), Lane: l.Idx, Task: t.Name(), Message: we.Message}
 	case o == actors.Panicked:
 		// The cause is a *actors.PanicError: a short message, the lane's stack in a field.
-		return &lifecycle.Error{Code: lifecycle.CodeTaskPanic, Lane: l.Idx, Task: t.Name(), Cause: actors.AsPanic(err)}
+		return &Error{Code: CodeTaskPanic, Lane: l.Idx, Task: t.Name(), Cause: panicOf(actors.AsPanic(err))}
 	case o == actors.Failed && errors.As(err, &ke):
-		return err
+		return errorOf(err)
 	case o == actors.Failed:
-		return &lifecycle.Error{Code: lifecycle.CodeTaskError, Lane: l.Idx, Task: t.Name(), Cause: err}
+		return &Error{Code: CodeTaskError, Lane: l.Idx, Task: t.Name(), Cause: err}
 	case (o == actors.BadInput || o == actors.BadOutput) && errors.As(err, &we):
 		// The lane reports that the call's value could not cross (it did not decode or
 		// encode there, or the result is over the size limit): the call fails, the lane is
 		// sound. Only the codes of those cases are taken from the lane.
-		code := lifecycle.CodeUnsupportedType
-		if lifecycle.Code(we.Code) == lifecycle.CodePayloadTooLarge {
-			code = lifecycle.CodePayloadTooLarge
+		code := CodeUnsupportedType
+		if Code(we.Code) == CodePayloadTooLarge {
+			code = CodePayloadTooLarge
 		}
-		return &lifecycle.Error{Code: code, Lane: l.Idx, Task: t.Name(), Message: we.Message}
+		return &Error{Code: code, Lane: l.Idx, Task: t.Name(), Message: we.Message}
 	}
 	l.DebugTo(l.p.codecLog, "payload did not decode", zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
-	return &lifecycle.Error{Code: lifecycle.CodeWorkerCrashed, Lane: l.Idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
+	return &Error{Code: CodeWorkerCrashed, Lane: l.Idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
 }
 
 // reap drains results for callers that are not spinning: parked callers and futures. It
@@ -509,7 +509,8 @@ func (l *lane) CloseLocked() {
 // Settle implements lifecycle.Rings: it fences the rings and settles what the lane held with
 // e. release is false for a lane whose goroutine may still run (abandoned): its records are
 // never reused.
-func (l *lane) Settle(e *lifecycle.Error, release bool) {
+func (l *lane) Settle(le *lifecycle.Error, release bool) {
+	e := fromLifecycle(le)
 	end := actors.LaneEnd{Owner: l.p.id, Lane: l.key, Release: release, Requeue: l.p.requeue, Err: laneEndError(l, e)}
 	if x := l.local; x != nil {
 		x.Seal()

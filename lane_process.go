@@ -1,7 +1,10 @@
-package pool
+package knit
 
 import (
+	"os"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"go.uber.org/zap"
 
@@ -13,8 +16,11 @@ import (
 
 // openProcesses readies a pool of process lanes to start them: its runtime, launcher and
 // spares. It sweeps what dead hosts left in /dev/shm first.
-func (p *Pool) openProcesses() {
+func (p *Pool) openProcesses() (lifecycle.Runtime, error) {
 	cfg := p.cfg
+	if err := p.openLimits(); err != nil {
+		return nil, err
+	}
 	p.sweepShm()
 	p.procs = &lifecycle.Launcher{
 		Command: cfg.Process.Command, Prefix: cfg.Process.Prefix, Env: cfg.Process.Env,
@@ -23,12 +29,12 @@ func (p *Pool) openProcesses() {
 		Killed: func(lane int, why lifecycle.Exit) { p.obs.killed(lane, "SIGKILL", killReason(why)) },
 	}
 	p.spares.Launcher, p.spares.Count, p.spares.Log = p.procs, cfg.Process.Spares, p.log
-	p.runtime = &lifecycle.Processes{
+	p.memory = cfg.Process.SharedMemory.String()
+	return &lifecycle.Processes{
 		Launcher: p.procs, Spares: &p.spares, Epoch: p.epoch.UnixNano(),
 		Layout:         fastpath.Layout{Inline: cfg.Payload.Inline, Arena: cfg.Payload.Arena, AbortBits: fastpath.DefaultAbortBits},
 		StartupTimeout: cfg.StartupTimeout, Liveness: cfg.Liveness, Limits: p.limitsExit,
-	}
-	p.memory = cfg.Process.SharedMemory.String()
+	}, nil
 }
 
 // sweepShm removes what dead hosts left in /dev/shm (see SweepSharedMemory).
@@ -92,4 +98,30 @@ func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 func (l *lane) AbortRaised() {
 	l.Region().AbortWake().Add(1)
 	_, _ = futex.Wake(l.Region().AbortWake(), 1)
+}
+
+// Main must be the first statement of main (and of TestMain in tests that use process
+// lanes). In a process started as a lane it serves tasks and exits; in the host it returns
+// at once.
+func Main(opts ...MainOption) {
+	if lifecycle.IsLane() {
+		h := lifecycle.Hooks{DeadlineCause: ErrCallerDeadline, CanceledCause: ErrCallerCanceled}
+		for _, o := range opts {
+			o.applyMain(&h)
+		}
+		os.Exit(lifecycle.Serve(h))
+	}
+}
+
+// A MainOption configures what Main gives the lanes of this binary.
+type MainOption interface{ applyMain(*lifecycle.Hooks) }
+
+type mainOption func(*lifecycle.Hooks)
+
+func (o mainOption) applyMain(h *lifecycle.Hooks) { o(h) }
+
+// WithPropagator makes lanes put the context values their callers' pools carry
+// (Config.Propagator) into each task's context, e.g. propagation.TraceContext{}.
+func WithPropagator(p propagation.TextMapPropagator) MainOption {
+	return mainOption(func(h *lifecycle.Hooks) { h.Propagator = p })
 }

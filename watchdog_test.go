@@ -1,15 +1,13 @@
-package pool
+package knit
 
 import (
 	"context"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/knitgo/knit/actors"
 )
 
-var stallTask = NewTask(actors.Define("test.pool.stall", func(context.Context, int) (int, error) { return 0, nil }, actors.Options{}))
+var stallTask = Define("test.pool.stall", func(context.Context, int) (int, error) { return 0, nil })
 
 // countBell counts its wakes.
 type countBell struct{ n atomic.Int32 }

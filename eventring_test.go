@@ -1,9 +1,7 @@
-package pool
+package knit
 
 import (
 	"testing"
-
-	"github.com/knitgo/knit/supervisor"
 )
 
 func TestEventRing(t *testing.T) {
@@ -12,14 +10,14 @@ func TestEventRing(t *testing.T) {
 	if ev, missed := r.since(0); ev != nil || missed != 0 || last != 0 {
 		t.Fatalf("empty ring: %v, %d", ev, missed)
 	}
-	r.add(supervisor.Event{Lane: 0})
+	r.add(Event{Lane: 0})
 	select {
 	case <-changed:
 	default:
 		t.Fatal("add did not close the channel changed returned")
 	}
 	for i := 1; i < recentEvents+10; i++ {
-		r.add(supervisor.Event{Lane: i})
+		r.add(Event{Lane: i})
 	}
 	// 266 events: the ring holds the last 256, numbered 11…266.
 	ev, missed := r.since(0)

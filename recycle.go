@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"fmt"

@@ -1,11 +1,9 @@
-package pool
+package knit
 
 import (
 	"fmt"
 	"os"
 	"sync"
-
-	"github.com/knitgo/knit/supervisor"
 )
 
 // recentEvents is how many lifecycle events a pool keeps (RecentEvents).
@@ -16,7 +14,7 @@ const recentEvents = 256
 // mutex held for a copy and never waits for a reader.
 type eventRing struct {
 	mu     sync.Mutex
-	buf    []supervisor.Event
+	buf    []Event
 	seq    uint64        // the number of the last event added
 	notify chan struct{} // closed by the next add; nil until someone waits
 }
@@ -24,13 +22,13 @@ type eventRing struct {
 // NumberedEvent is a lifecycle event and its number in the pool's log of recent events.
 type NumberedEvent struct {
 	Seq uint64
-	supervisor.Event
+	Event
 }
 
-func (r *eventRing) add(e supervisor.Event) {
+func (r *eventRing) add(e Event) {
 	r.mu.Lock()
 	if r.buf == nil {
-		r.buf = make([]supervisor.Event, recentEvents)
+		r.buf = make([]Event, recentEvents)
 	}
 	r.seq++
 	r.buf[r.seq%recentEvents] = e

@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"fmt"
@@ -12,40 +12,7 @@ import (
 
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/lifecycle"
-	"github.com/knitgo/knit/supervisor"
 )
-
-// Runtime says what a lane is.
-type Runtime int
-
-// Runtimes.
-const (
-	Goroutine Runtime = iota // a goroutine in the host process (default)
-	Process                  // a child OS process of the same binary, or Config.Process.Command
-)
-
-func (r Runtime) String() string {
-	if r == Process {
-		return "process"
-	}
-	return "goroutine"
-}
-
-// MarshalText names the runtime (JSON carries "process", not 1).
-func (r Runtime) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
-
-// UnmarshalText reads a runtime's name.
-func (r *Runtime) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "goroutine":
-		*r = Goroutine
-	case "process":
-		*r = Process
-	default:
-		return fmt.Errorf("knit: unknown runtime %q", b)
-	}
-	return nil
-}
 
 // Balancer picks the lane for a call.
 type Balancer int
@@ -139,7 +106,7 @@ type Config struct {
 	// than 5 times in 10s is in crash-loop backoff (restarts doubling up to 1min, logged at
 	// Error) until one incarnation serves for 10s. OnIntensity: GiveUp gives such a lane up
 	// instead, as OTP does.
-	Restart supervisor.Policy
+	Restart Restart
 	// FailFast makes a call fail at once with ErrPoolUnavailable when no lane is ready and
 	// every lane is in crash-loop backoff (or dead); by default it waits, within its
 	// context, for a lane to come back. Calls still wait for lanes on an ordinary restart.
@@ -181,7 +148,7 @@ type Config struct {
 	Parent *actor.PID
 	// OnEvent is called with every lifecycle transition, in order, from the supervisor's
 	// goroutines. It must not block and must not call Close.
-	OnEvent func(supervisor.Event)
+	OnEvent func(Event)
 	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
 	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
 	EventBuffer int
@@ -206,6 +173,17 @@ type Config struct {
 	// exactly as on private lanes (docs/stealing.md). Default StealAuto: private lanes, for
 	// now (see StealAuto).
 	Steal Steal
+
+	// test is how knit's own tests build a pool beyond what a Config says
+	// (export_test.go); the zero value is the pool everyone else gets.
+	test testBuild
+}
+
+// testBuild changes how a pool is built, for knit's own tests and benchmarks.
+type testBuild struct {
+	unsupervised bool // the lanes run with no supervision tree
+	noMonitor    bool // no monitor at all: the call path as it was before metrics
+	ticketWidth  int  // Ticket's claim width (0: ticketWidth)
 }
 
 // SharedMemoryMode says how a process lane receives its region.
@@ -254,7 +232,7 @@ type ProcessConfig struct {
 	// Sandbox confines each lane with Landlock and a seccomp preset, applied by the lane
 	// before it serves; a layer is off, best effort or required (docs/process-lanes.md,
 	// "Containing untrusted or crashy code").
-	Sandbox lifecycle.Sandbox
+	Sandbox Sandbox
 	// MaxLaneMemory recycles a process lane whose resident memory (RSS, of the lane's
 	// process: a Prefix that forks measures the wrapper) is above this many bytes (zero:
 	// never), the way MaxCallsPerLane does. It is sampled from /proc/PID/statm at the
@@ -267,7 +245,6 @@ const (
 	defaultBacklog     = 4096
 	defaultEventBuffer = 1024
 	defaultStopAck     = 50 * time.Millisecond
-	defaultProcessSpin = 50 * time.Microsecond
 	defaultLiveness    = 3 * time.Second
 	// beatsPerLiveness: a lane beats this many times per Liveness, and the watchdog looks
 	// as often, so a frozen lane is killed between Liveness and 4/3 Liveness after it
@@ -276,7 +253,8 @@ const (
 	beatsPerLiveness = 3
 )
 
-func (c Config) withDefaults() Config {
+// withDefaults is c with the documented defaults, for lanes that can do what caps says.
+func (c Config) withDefaults(caps lifecycle.Caps) Config {
 	if c.Lanes <= 0 {
 		c.Lanes = runtime.GOMAXPROCS(0)
 	}
@@ -304,11 +282,11 @@ func (c Config) withDefaults() Config {
 	case c.Process.Spares < 0:
 		c.Process.Spares = 0
 	}
-	if c.Runtime == Process && c.LaneSpin == 0 {
-		c.LaneSpin = defaultProcessSpin
+	if c.LaneSpin == 0 {
+		c.LaneSpin = caps.Spin
 	}
-	if c.Runtime == Process && c.CallerSpin == 0 {
-		c.CallerSpin = defaultProcessSpin
+	if c.CallerSpin == 0 {
+		c.CallerSpin = caps.Spin
 	}
 	if c.Payload.Inline == 0 {
 		c.Payload.Inline = 512
@@ -326,11 +304,11 @@ func (c Config) withDefaults() Config {
 // or a Task value not made by Define).
 func checkTasks(tasks []Definition) error {
 	if len(tasks) == 0 {
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
 	}
 	for i, t := range tasks {
 		if t == nil || t.actorsDef() == nil {
-			return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
+			return &Error{Code: CodePoolUnavailable, Lane: -1,
 				Message: fmt.Sprintf("NewPool: task %d of %d is nil (tasks come from knit.Define)", i+1, len(tasks))}
 		}
 	}
@@ -340,13 +318,13 @@ func checkTasks(tasks []Definition) error {
 // checkPortable refuses, for a pool with process lanes, a task whose values would not
 // cross a process boundary intact (see actors.CheckPortable). Goroutine lanes pass values
 // by reference: any type will do.
-func checkPortable(cfg Config, defs []actors.Def) error {
-	if cfg.Runtime != Process {
+func checkPortable(caps lifecycle.Caps, defs []actors.Def) error {
+	if !caps.Remote {
 		return nil
 	}
 	for _, d := range defs {
 		if err := actors.CheckPortable(d); err != nil {
-			return &lifecycle.Error{Code: lifecycle.CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
+			return &Error{Code: CodeUnsupportedType, Lane: -1, Task: d.Name(), Message: "cannot run on process lanes", Cause: err}
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"fmt"
@@ -55,9 +55,8 @@ type shared struct {
 // futures in flight over 8 process lanes, Ticket moved 0.83× the calls of private lanes, and
 // 0.96× with 8 (4 lanes: 0.99× and 1.04×); 1024 goroutines calling over 8 lanes pay for it
 // (0.93× to 0.86×). 8 is the widest the model check covers (BenchmarkTicketWidth;
-// docs/benchmarks.md, "A lost wake, the idle meter, and Ticket's batch"). A variable only
-// for SetTicketWidth.
-var ticketWidth = 8
+// docs/benchmarks.md, "A lost wake, the idle meter, and Ticket's batch").
+const ticketWidth = 8
 
 // autoSteals says, by runtime, whether StealAuto steals (in pools of 2 to 31 lanes with the
 // default balancer and no sandbox): goroutine lanes with StealLocal, process lanes with
@@ -65,7 +64,7 @@ var ticketWidth = 8
 var autoSteals = [...]bool{Goroutine: true, Process: false}
 
 // stealMode is the discipline a pool of cfg steals with, or StealOff and why not.
-func stealMode(cfg Config) (Steal, string) {
+func stealMode(cfg Config, caps lifecycle.Caps) (Steal, string) {
 	m := cfg.Steal
 	switch {
 	case m == StealOff, m == StealAuto && !autoSteals[cfg.Runtime]:
@@ -80,24 +79,24 @@ func stealMode(cfg Config) (Steal, string) {
 		return StealOff, "one lane"
 	case cfg.Balancer != LeastLoaded:
 		return StealOff, "a Balancer is set"
-	case cfg.Runtime == Process && laneSandbox(cfg) != nil:
+	case caps.Confined && laneSandbox(cfg) != nil:
 		return StealOff, "lanes are sandboxed: untrusted code shares no mapping with other lanes"
-	case cfg.Runtime == Goroutine:
+	case caps.LocalSteal:
 		return StealLocal, ""
 	}
 	return StealTicket, ""
 }
 
 // checkSteal refuses what an explicit discipline cannot do.
-func checkSteal(cfg Config) error {
+func checkSteal(cfg Config, caps lifecycle.Caps) error {
 	switch {
 	case cfg.Steal < StealAuto || cfg.Steal > StealLocal:
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
-	case cfg.Steal == StealLocal && cfg.Runtime == Process:
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
+	case cfg.Steal == StealLocal && !caps.LocalSteal:
+		return &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: "StealLocal is for goroutine lanes (process lanes share a submit ring: StealTicket or StealDekker)"}
 	case cfg.Steal == StealDekker && (cfg.MaxCallsPerLane > 0 || cfg.Process.MaxLaneMemory > 0):
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: "StealDekker does not recycle lanes (its regions are sized for the lanes it starts with): use StealTicket"}
 	}
 	return nil
@@ -107,7 +106,7 @@ func checkSteal(cfg Config) error {
 // private lanes).
 func newShared(p *Pool) (*shared, error) {
 	cfg := p.cfg
-	mode, why := stealMode(cfg)
+	mode, why := stealMode(cfg, p.caps)
 	if mode == StealOff || mode == StealLocal {
 		// Asked for, or a pool too large for it: say why not. (A balancer, one lane or a
 		// sandbox chose private lanes on purpose.)
@@ -120,13 +119,17 @@ func newShared(p *Pool) (*shared, error) {
 	// a recycled lane's successor (which serves beside it) get ids of their own; its batch
 	// width is ticketWidth whatever the lanes. Dekker's regions are sized for its
 	// consumers: a Dekker pool neither grows nor recycles.
-	sc := steal.Config{Consumers: steal.MaxConsumers, Width: ticketWidth, Half: true,
+	width := ticketWidth
+	if w := cfg.test.ticketWidth; w > 0 {
+		width = w
+	}
+	sc := steal.Config{Consumers: steal.MaxConsumers, Width: width, Half: true,
 		Discipline: steal.Ticket, Inline: cfg.Payload.Inline, Arena: 64}
 	if mode == StealDekker {
 		sc.Discipline, sc.Consumers, sc.Width = steal.Dekker, cfg.Lanes, 0 // Half stays
 	}
 	bits := 0
-	if cfg.Runtime == Process {
+	if p.caps.Remote {
 		sc.Arena, bits = cfg.Payload.Arena, fastpath.DefaultAbortBits
 	}
 	size, err := steal.MappingSize(sc, bits)
@@ -134,9 +137,9 @@ func newShared(p *Pool) (*shared, error) {
 		return nil, err
 	}
 	s := &shared{p: p, mode: mode}
-	if cfg.Runtime == Process {
+	if p.caps.Remote {
 		if s.mp, err = shm.CreateMemfd("knit-steal", size); err != nil {
-			return nil, &lifecycle.Error{Code: lifecycle.CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
+			return nil, &Error{Code: CodeStartupFailed, Lane: -1, Message: fmt.Sprintf("shared submit ring: %v", err)}
 		}
 		s.mem = s.mp.Bytes()
 	} else {
@@ -344,7 +347,7 @@ func (s *shared) holder(seq uint64) *lane {
 // records are never reused. A journal that breaks the protocol (a lane scribbled over the
 // mapping) leaves unknown which calls it held: every call on the ring then fails, and a
 // result that still comes for one settles nothing.
-func (s *shared) recover(l *lane, e *lifecycle.Error, release bool) {
+func (s *shared) recover(l *lane, e *Error, release bool) {
 	if l.cid < 0 {
 		return
 	}
@@ -405,7 +408,7 @@ func (s *shared) leaving() {
 
 // close fails every call still on the ring or its backlog once the pool has stopped its
 // lanes (or given them all up): no lane will claim them.
-func (s *shared) close(e *lifecycle.Error) {
+func (s *shared) close(e *Error) {
 	s.mu.Lock()
 	if s.host.Closed() {
 		s.mu.Unlock()
@@ -427,10 +430,10 @@ func (s *shared) close(e *lifecycle.Error) {
 }
 
 // laneEndError is how a call a lane held fails when the lane ends with e.
-func laneEndError(l *lane, e *lifecycle.Error) func(started, poison bool) error {
+func laneEndError(l *lane, e *Error) func(started, poison bool) error {
 	return func(started, poison bool) error {
 		if poison {
-			return &lifecycle.Error{Code: lifecycle.CodePoisonCall, Lane: l.Idx, Started: true,
+			return &Error{Code: CodePoisonCall, Lane: l.Idx, Started: true,
 				Message: "the call was running on two lanes that died: it is not run again", Cause: e}
 		}
 		ce := *e
@@ -455,10 +458,10 @@ func (l *lane) pokeAborts() {
 func (s *shared) checkResize(n int) error {
 	switch {
 	case s.mode == StealDekker:
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: "a StealDekker pool cannot be resized (its regions are sized for the lanes it starts with)"}
 	case n > steal.MaxConsumers:
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodePoolUnavailable, Lane: -1,
 			Message: fmt.Sprintf("%d lanes: a stealing pool has at most %d (Config.Steal: StealOff for more)", n, steal.MaxConsumers)}
 	}
 	return nil

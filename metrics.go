@@ -1,4 +1,4 @@
-package pool
+package knit
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/lifecycle"
-	"github.com/knitgo/knit/supervisor"
 )
 
 // A pool's observation: cumulative counters per lane slot, and on request per-task latency
@@ -25,10 +24,6 @@ import (
 // 30–33 ns on the reference VM, internal/latency's BenchmarkNow), and per call one atomic
 // add into the task's histogram, or the instruments' recording, with attribute sets built
 // beforehand so that nothing is allocated.
-
-// noMonitor makes NewPool build pools with no monitor at all: the call path as it was
-// before metrics, for the benchmark that compares them (export_test.go).
-var noMonitor bool
 
 // meterName is the instrumentation scope of knit's instruments.
 const meterName = "github.com/knitgo/knit"
@@ -69,8 +64,8 @@ type laneTotal struct {
 	mu        sync.Mutex // orders folding an incarnation in against Stats
 	completed uint64     // by incarnations that have ended and been folded in
 	failed    uint64
-	live      []*lane        // incarnations opened and not folded in yet: their counters still move
-	lastEnd   lifecycle.Code // the code of the slot's last end (crash, exit, failed start)
+	live      []*lane // incarnations opened and not folded in yet: their counters still move
+	lastEnd   Code    // the code of the slot's last end (crash, exit, failed start)
 	crashes   atomic.Int64
 }
 
@@ -114,7 +109,7 @@ func (t *laneTotal) fold() {
 }
 
 func newMonitor(p *Pool) (*monitor, error) {
-	if noMonitor {
+	if p.cfg.test.noMonitor {
 		return nil, nil
 	}
 	o := &monitor{p: p, tasks: make([]*taskObs, len(p.byIndex))}
@@ -131,7 +126,7 @@ func newMonitor(p *Pool) (*monitor, error) {
 	default:
 		m, err := newMeters(p, o)
 		if err != nil {
-			return nil, &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "creating the pool's metric instruments", Cause: err}
+			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: "creating the pool's metric instruments", Cause: err}
 		}
 		o.m = m
 	}
@@ -199,7 +194,7 @@ func (o *monitor) Settled(task uint32, err error, begun int64, ran uint64) {
 
 // event counts a lifecycle transition: crashes per slot, and the instruments' restarts,
 // crashes and recycles.
-func (o *monitor) event(e supervisor.Event) {
+func (o *monitor) event(e Event) {
 	if o == nil || e.Lane < 0 {
 		return
 	}
@@ -207,15 +202,15 @@ func (o *monitor) event(e supervisor.Event) {
 	code := e.Code
 	t.mu.Lock()
 	switch e.To {
-	case supervisor.Crashed, supervisor.Exited, supervisor.StartupFailed:
+	case StateCrashed, StateExited, StateStartupFailed:
 		t.lastEnd = code
-	case supervisor.Restarting, supervisor.CrashLoopBackoff:
+	case StateRestarting, StateCrashLoopBackoff:
 		if code == "" { // a restart is counted by the code of the end that caused it
 			code = t.lastEnd
 		}
 	}
 	t.mu.Unlock()
-	crash := e.To == supervisor.Crashed
+	crash := e.To == StateCrashed
 	if crash {
 		t.crashes.Add(1)
 	}
@@ -227,7 +222,7 @@ func (o *monitor) event(e supervisor.Event) {
 	switch {
 	case crash:
 		c = m.crashes
-	case e.To == supervisor.Restarting || e.To == supervisor.CrashLoopBackoff:
+	case e.To == StateRestarting || e.To == StateCrashLoopBackoff:
 		c = m.restarts
 	case isRecycle(e.To):
 		c = m.recycles
@@ -240,7 +235,7 @@ func (o *monitor) event(e supervisor.Event) {
 // isRecycle reports whether a lane state is its recycling (a lane replaced after serving its
 // quota of calls or memory): counted in knit.lane.recycles. It goes by the state's name so
 // that the instrument counts recycles whatever state constant names them.
-func isRecycle(s supervisor.State) bool {
+func isRecycle(s State) bool {
 	n := s.String()
 	return n == "recycling" || n == "recycled"
 }
@@ -397,7 +392,7 @@ func newMeters(p *Pool, o *monitor) (*meters, error) {
 
 // laneAttrs are lane i's attribute sets: the lane's, and the lane's with each state. They
 // are made at collection, the first time lane i is seen. m.mu is held.
-func (m *meters) lane(i int, states []supervisor.State) (attrs metric.ObserveOption, byState []metric.ObserveOption) {
+func (m *meters) lane(i int, states []State) (attrs metric.ObserveOption, byState []metric.ObserveOption) {
 	for len(m.laneAttrs) <= i {
 		n := len(m.laneAttrs)
 		lane := attribute.Int("knit.lane", n)
@@ -412,10 +407,10 @@ func (m *meters) lane(i int, states []supervisor.State) (attrs metric.ObserveOpt
 }
 
 // laneStates are the states a lane can be in (every State but the pool's Failed).
-func laneStates() []supervisor.State {
-	var out []supervisor.State
-	for s := supervisor.State(0); !strings.HasPrefix(s.String(), "state("); s++ {
-		if s != supervisor.Failed {
+func laneStates() []State {
+	var out []State
+	for s := State(0); !strings.HasPrefix(s.String(), "state("); s++ {
+		if s != StateFailed {
 			out = append(out, s)
 		}
 	}
@@ -452,7 +447,8 @@ func (p *Pool) startObserving() error {
 			if p.tree == nil {
 				continue
 			}
-			cur, _, _ := p.tree.LaneState(i)
+			st, _, _ := p.tree.LaneState(i)
+			cur := State(st)
 			for k, s := range states {
 				v := int64(0)
 				if s == cur {
@@ -464,7 +460,7 @@ func (p *Pool) startObserving() error {
 		return nil
 	}, m.started, m.finished, m.inflight, m.queued, m.state)
 	if err != nil {
-		return &lifecycle.Error{Code: lifecycle.CodePoolUnavailable, Lane: -1, Message: "registering the pool's metric callback", Cause: err}
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "registering the pool's metric callback", Cause: err}
 	}
 	m.reg = reg
 	return nil
@@ -486,7 +482,7 @@ type taskAttrs struct {
 	started    atomic.Uint64          // calls submitted
 	ok         *outcomeAttrs
 	mu         sync.Mutex // serialises additions to codes
-	codes      atomic.Pointer[map[lifecycle.Code]*outcomeAttrs]
+	codes      atomic.Pointer[map[Code]*outcomeAttrs]
 }
 
 // outcomeAttrs are the attribute sets of one task and outcome, and its count of calls.
@@ -508,9 +504,9 @@ func (t *taskAttrs) observe(ob metric.Observer, c metric.Int64ObservableCounter,
 // an *Error it returned) get theirs when first seen, up to maxCodes per task; beyond that
 // they count as "OTHER", so that no task can grow the instruments' cardinality without
 // bound.
-var knownCodes = []lifecycle.Code{lifecycle.CodePoolClosed, lifecycle.CodeTimeout, lifecycle.CodeTaskPanic, lifecycle.CodeTaskError, lifecycle.CodePayloadTooLarge,
-	lifecycle.CodeOverloaded, lifecycle.CodeUnsupportedType, lifecycle.CodePoolUnavailable, lifecycle.CodeCanceled, lifecycle.CodeThreadClosed,
-	lifecycle.CodeWorkerCrashed, lifecycle.CodeWorkerExited, lifecycle.CodeStartupFailed, lifecycle.CodeWorkerUnresponsive, lifecycle.CodePoisonCall}
+var knownCodes = []Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
+	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeCanceled, CodeThreadClosed,
+	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall}
 
 const maxCodes = 64
 
@@ -525,7 +521,7 @@ func newTaskAttrs(pool attribute.KeyValue, task string) *taskAttrs {
 	t.obs = []metric.ObserveOption{metric.WithAttributeSet(set)}
 	t.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
 	t.ok = t.build(outcomeOK)
-	codes := make(map[lifecycle.Code]*outcomeAttrs, len(knownCodes)+1)
+	codes := make(map[Code]*outcomeAttrs, len(knownCodes)+1)
 	for _, c := range knownCodes {
 		codes[c] = t.build(string(c))
 	}
@@ -544,11 +540,11 @@ func (t *taskAttrs) outcome(err error) *outcomeAttrs {
 	if err == nil {
 		return t.ok
 	}
-	code := lifecycle.Code(outcomeOther)
-	if ke, ok := err.(*lifecycle.Error); ok {
+	code := Code(outcomeOther)
+	if ke, ok := err.(*Error); ok {
 		code = ke.Code
-	} else if ke := (*lifecycle.Error)(nil); errors.As(err, &ke) {
-		code = ke.Code
+	} else if ke := coded(nil); errors.As(err, &ke) {
+		code = Code(ke.KnitCode())
 	}
 	if a := (*t.codes.Load())[code]; a != nil {
 		return a
@@ -562,7 +558,7 @@ func (t *taskAttrs) outcome(err error) *outcomeAttrs {
 	if len(codes) >= maxCodes {
 		return codes[outcomeOther]
 	}
-	next := make(map[lifecycle.Code]*outcomeAttrs, len(codes)+1)
+	next := make(map[Code]*outcomeAttrs, len(codes)+1)
 	for c, a := range codes {
 		next[c] = a
 	}
