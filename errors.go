@@ -68,7 +68,7 @@ const (
 //	var ke *knit.Error
 //	if errors.As(err, &ke) && ke.Started { … }
 type Error struct {
-	Code    Code
+	Code    Code   // what happened: compare with the Code constants, or use errors.Is with a sentinel
 	Lane    int    // lane index, -1 when no lane is involved
 	Task    string // task name, "" when no task is involved
 	Message string

@@ -40,16 +40,6 @@ func ExampleDefine() {
 	// Output: example.add 42 <nil>
 }
 
-func ExampleNewPool() {
-	p, err := knit.NewPool(knit.Config{Lanes: 4}, exampleAdd)
-	if err != nil {
-		panic(err)
-	}
-	defer p.Close(context.Background())
-	fmt.Println(len(p.Stats().Lanes), "lanes", p.Stats().Runtime == knit.Goroutine)
-	// Output: 4 lanes true
-}
-
 func ExampleTask_Call() {
 	p, err := knit.NewPool(knit.Config{}, exampleAdd)
 	if err != nil {
@@ -86,8 +76,8 @@ func ExampleTask_Go() {
 }
 
 // Process lanes run tasks in child processes of the same binary, whose main (or TestMain)
-// starts with knit.Main().
-func ExampleConfig_process() {
+// starts with knit.Main(). The zero Config is a pool of GOMAXPROCS goroutine lanes.
+func ExampleNewPool() {
 	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 2}, exampleAdd)
 	if err != nil {
 		panic(err)
@@ -99,8 +89,8 @@ func ExampleConfig_process() {
 }
 
 // A lane that ends by itself fails only the call it was running; the supervisor restarts
-// it, with backoff, as its policy says.
-func ExampleConfig_restart() {
+// it, with backoff, as its restart policy says.
+func ExampleConfig() {
 	p, err := knit.NewPool(knit.Config{
 		Runtime: knit.Process,
 		Lanes:   1,
@@ -141,4 +131,27 @@ func ExamplePool_Events() {
 	// booting → ready
 	// ready → stopping
 	// stopping → closed
+}
+
+// Resize adds lanes, which boot before it returns, or retires the highest ones, which
+// finish the calls they hold first; no call is lost either way.
+func ExamplePool_Resize() {
+	p, err := knit.NewPool(knit.Config{Lanes: 2}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	ctx := context.Background()
+	if err := p.Resize(ctx, 4); err != nil {
+		panic(err)
+	}
+	fmt.Println(len(p.Stats().Lanes), "lanes")
+	if err := p.Resize(ctx, 1); err != nil {
+		panic(err)
+	}
+	sum, err := exampleAdd.Call(ctx, p, [2]int64{2, 3})
+	fmt.Println(len(p.Stats().Lanes), "lane:", sum, err)
+	// Output:
+	// 4 lanes
+	// 1 lane: 5 <nil>
 }

@@ -292,16 +292,6 @@ func (p *Pool) totalsOf(i int, ls *LaneStats) {
 	ls.Crashes = int(t.crashes.Load())
 }
 
-// TaskStats describes the recent latency of one task's calls, from submission to settlement
-// (time in the backlog counts), over the last one to two LatencyWindow periods: quantiles
-// are read from a log-linear histogram, within ±3.2 % of the true value; Max is exact.
-type TaskStats struct {
-	Task               string
-	Calls              uint64 // settled in the window
-	P50, P90, P99, Max time.Duration
-	Window             time.Duration // the period: the figures cover the last one to two of them
-}
-
 // taskStats is the latency of every task the pool serves, in the order NewPool got them.
 func (p *Pool) taskStats() []TaskStats {
 	if p.obs == nil {
