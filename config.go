@@ -167,11 +167,11 @@ type Config struct {
 	// incarnation finishes the calls it holds and stops. It is a trigger, not a cap: a lane
 	// takes the calls that reach it while its replacement boots. docs/lifecycle.md.
 	MaxCallsPerLane int
-	// Steal has idle lanes take calls from a shared submit ring (StealTicket, StealDekker),
-	// so that no call waits on a busy lane's ring while another lane is free. Each lane still
+	// Steal has idle lanes take calls waiting for a busy one: from a shared submit ring
+	// (StealTicket, StealDekker), or from one another's queues (StealLocal, goroutine lanes),
+	// so that no call waits behind a busy lane while another lane is free. Each lane still
 	// answers on its own return ring, and when a lane dies the calls it had claimed settle
-	// exactly as on private lanes (docs/stealing.md). Default StealAuto: private lanes, for
-	// now (see StealAuto).
+	// exactly as on private lanes (docs/stealing.md). Default StealAuto: see there.
 	Steal Steal
 
 	// test is how knit's own tests build a pool beyond what a Config says

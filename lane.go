@@ -450,9 +450,8 @@ func (l *lane) needReaper() {
 	}
 }
 
-// needsReaper reports whether the lane's results must be drained without its callers' help:
-// a caller waits for one, more calls are in flight than its return ring has slots (the lane
-// stops at a full ring), or the lane is retiring (it ends once its calls have settled).
+// drained reports whether the lane's results wait on its return ring for a drainer (a
+// process lane), rather than being settled by the lane itself.
 func (l *lane) drained() bool { return l.reaper }
 
 func (l *lane) crowded() {
@@ -461,6 +460,9 @@ func (l *lane) crowded() {
 	}
 }
 
+// needsReaper reports whether the lane's results must be drained without its callers' help:
+// a caller waits for one, more calls are in flight than its return ring has slots (the lane
+// stops at a full ring), or the lane is retiring (it ends once its calls have settled).
 func (l *lane) needsReaper() bool {
 	n := l.inflight.Load()
 	if l.waiters.Load() > 0 || n > fastpath.Slots || n > 0 && l.State() == lifecycle.LaneRetiring {

@@ -29,7 +29,7 @@ var ErrCorrupt = errors.New("knit: corrupt payload")
 type fixedSizer interface{ fixedSize() int }
 
 // FixedSize reports, for codecs of fixed-size scalars and small arrays of them, the exact encoded size; ok=false otherwise.
-// knit places fixed values of at most 24 bytes in the slot header.
+// knit places fixed values of at most fastpath.HeaderData (16) bytes in the slot header.
 func FixedSize[T any](c Codec[T]) (n int, ok bool) {
 	if f, ok := c.(fixedSizer); ok {
 		return f.fixedSize(), true

@@ -52,14 +52,8 @@ type IntensityAction int
 
 // Intensity actions.
 const (
-	// CrashLoop (default) keeps restarting the lane, ever more slowly: it is in crash-loop
-	// backoff, its restarts spaced exponentially up to Backoff.CrashLoopMax, until an
-	// incarnation serves for Backoff.Reset, the way Kubernetes treats a crash-looping
-	// container. A pool then never fails because lanes crash too often.
-	CrashLoop IntensityAction = iota
-	// GiveUp gives the lane up (dead), as OTP does; once no lane is left the pool has failed
-	// and Config.Parent is told.
-	GiveUp
+	CrashLoop IntensityAction = iota // crash-loop backoff (knit.CrashLoop)
+	GiveUp                           // the lane is given up (knit.GiveUp)
 )
 
 func (a IntensityAction) String() string {
@@ -69,34 +63,21 @@ func (a IntensityAction) String() string {
 	return "crash-loop"
 }
 
-// Backoff spaces restarts: the n-th restart in a row waits min(Max, Min·2ⁿ⁻¹), plus up to
-// Jitter of that at random; a lane in crash-loop backoff waits min(CrashLoopMax, Min·2ⁿ⁻¹)
-// instead. A lane whose incarnation served for Reset before it failed counts as fresh again:
-// the count starts over and it leaves crash-loop backoff.
+// Backoff spaces restarts, as knit.Backoff documents it (fields and defaults alike).
 type Backoff struct {
-	Min    time.Duration // first delay (default 1ms; negative: no delay, in crash-loop backoff too)
-	Max    time.Duration // cap before jitter (default 2s)
-	Jitter float64       // fraction added at random, in [0,1] (default 0.1; negative: none)
-	Reset  time.Duration // quiet period after which the count starts over (default Period)
-	// CrashLoopMax is the cap, before jitter, of a crash-looping lane's delay (default 1min,
-	// at least Max). A minute keeps a lane that dies at once from costing more than a start
-	// a minute, yet brings it back within a minute of the cause going away.
+	Min, Max     time.Duration
+	Jitter       float64
+	Reset        time.Duration
 	CrashLoopMax time.Duration
 }
 
-// Policy is a pool's supervision policy. The zero value restarts crashed lanes one at a time
-// after 1 ms, 2 ms, 4 ms … up to 2 s; a lane that restarts more than 5 times in 10 s is in
-// crash-loop backoff, its restarts doubling up to 1 min, until one incarnation serves for 10 s.
+// Policy is a pool's supervision policy, as knit.Restart documents it (fields and defaults
+// alike); WithDefaults fills in the defaults.
 type Policy struct {
-	Type     RestartType
-	Strategy Strategy
-	// MaxRestarts is how many restarts a lane may have within Period before OnIntensity
-	// applies (default 5; negative: no limit).
+	Type        RestartType
+	Strategy    Strategy
 	MaxRestarts int
-	// Period is the intensity window (default 10s).
-	Period time.Duration
-	// OnIntensity is what happens to a lane that exceeds its intensity: CrashLoop (default)
-	// or GiveUp.
+	Period      time.Duration
 	OnIntensity IntensityAction
 	Backoff     Backoff
 }
@@ -203,11 +184,8 @@ func stateOf(c lifecycle.Code) State {
 // State is where a lane is in its life.
 type State int
 
-// States. A lane goes booting → ready → stopping → closed, or ends crashed, exited or
-// startup_failed; the supervisor then has it restarting or, past its restart intensity under
-// the CrashLoop policy, crash_loop_backoff (and booting again as a new incarnation after the
-// delay), or dead. The pool itself reports failed (Lane -1) when no lane is left. A lane's
-// first event is from New.
+// States, as knit.State documents them (knit's StateBooting … StateRemoved have these
+// values).
 const (
 	Booting State = iota
 	Ready
@@ -221,15 +199,8 @@ const (
 	Failed
 	New
 	CrashLoopBackoff
-	// Recycling: a planned replacement (Config.MaxCallsPerLane, MaxLaneMemory); the event's
-	// Reason says why. The lane serves on until its next incarnation is ready; then the
-	// recycled incarnation finishes its calls and stops (its later events keep its own
-	// incarnation number).
 	Recycling
-	// Retiring: the lane is being removed (Pool.Resize): it takes no new call, finishes the
-	// ones it holds, then stops.
 	Retiring
-	// Removed: a retired lane is gone from the pool.
 	Removed
 )
 
