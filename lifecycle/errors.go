@@ -40,9 +40,9 @@ const (
 	CodeWorkerCPULimit Code = "WORKER_CPU_LIMIT"
 )
 
-// Error is every failure knit reports. Two Errors match with errors.Is when their codes are
-// equal, so the sentinels below work as targets; Cause carries what lies underneath
-// (ctx.Err(), a task's own error, a panic value).
+// Error is a failure as the layers below the root report it: lane ends, startup failures,
+// the supervisor's. The root converts it to a knit.Error (the same fields, documented there)
+// before a caller sees it; it matches any error with the same KnitCode under errors.Is.
 type Error struct {
 	Code    Code
 	Lane    int    // lane index, -1 when no lane is involved
