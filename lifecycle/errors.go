@@ -49,10 +49,6 @@ type Error struct {
 	Task    string // task name, "" when no task is involved
 	Message string
 	Cause   error
-	// Started is set on the error of a call that failed because its lane ended (a lifecycle
-	// code): true when the call had started on the lane. A call that had not started is run
-	// on another lane instead; it fails only when it cannot be (the pool is closing, or its
-	// context ended).
 	Started bool
 }
 
