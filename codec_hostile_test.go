@@ -1,13 +1,10 @@
 package knit_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/knitgo/knit"
@@ -17,101 +14,6 @@ import (
 // Values that cannot cross a process boundary, and lanes that send what the host must
 // refuse. Each test checks the call's code and that the lane is unharmed: same process, no
 // restart, the next call answered.
-
-type cnode struct {
-	Val  int
-	Next *cnode
-}
-
-type hiddenField struct {
-	Name   string
-	secret int
-}
-
-var (
-	bigResult = knit.Define("test.codec.big", func(_ context.Context, n int) ([]byte, error) {
-		return make([]byte, n), nil
-	})
-	bigError = knit.Define("test.codec.bigerr", func(_ context.Context, n int) (int, error) {
-		return 0, errors.New(strings.Repeat("e", n))
-	})
-	walkList = knit.Define("test.codec.list", func(_ context.Context, n *cnode) (int, error) {
-		k := 0
-		for ; n != nil && k < 1000; n = n.Next {
-			k++
-		}
-		return k, nil
-	})
-	cyclicOut = knit.Define("test.codec.cyclicout", func(context.Context, int) (*cnode, error) {
-		n := &cnode{Val: 1}
-		n.Next = n
-		return n, nil
-	})
-	deepAny = knit.Define("test.codec.deep", func(_ context.Context, v any) (int, error) { return 0, nil })
-	hidden  = knit.Define("test.codec.hidden", func(_ context.Context, v hiddenField) (hiddenField, error) { return v, nil })
-	// refuseOnLane's input codec fails to decode in lanes (KNIT_TEST_FORGE=1), as a user
-	// codec that does not round-trip would.
-	refuseOnLane = knit.Define("test.codec.refuse", func(context.Context, int) (int, error) { return 1, nil },
-		knit.WithCodec(knit.Codec[int](laneRefuses{})))
-	// forge's lanes (KNIT_TEST_FORGE=1) answer with forged CBOR: n empty byte strings,
-	// which decode into [][8192]byte as n·8 KiB.
-	forge = defineForge()
-)
-
-type laneRefuses struct{}
-
-func (laneRefuses) Name() string                             { return "refuses" }
-func (laneRefuses) Append(dst []byte, v int) ([]byte, error) { return append(dst, byte(v)), nil }
-func (laneRefuses) Decode(b []byte) (int, error) {
-	if os.Getenv("KNIT_TEST_FORGE") == "1" {
-		return 0, errors.New("this lane refuses every input")
-	}
-	return int(b[0]), nil
-}
-
-// forgeCount is the number of empty byte strings the lane's next forged result holds: the
-// task sets it, its codec reads it.
-var forgeCount atomic.Int64
-
-type forgedArrays struct{}
-
-func (forgedArrays) Name() string { return "forged" }
-func (forgedArrays) Append(dst []byte, _ [][8192]byte) ([]byte, error) {
-	n := forgeCount.Load()
-	dst = append(dst, 0x9a, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	return append(dst, bytes.Repeat([]byte{0x40}, int(n))...), nil
-}
-func (forgedArrays) Decode([]byte) ([][8192]byte, error) { return nil, errors.New("not used") }
-
-func defineForge() *knit.Task[int, [][8192]byte] {
-	if os.Getenv("KNIT_TEST_FORGE") == "1" {
-		return knit.Define("test.codec.forge", func(_ context.Context, n int) ([][8192]byte, error) {
-			forgeCount.Store(int64(n))
-			return nil, nil
-		}, knit.WithCodec(knit.Codec[[][8192]byte](forgedArrays{})))
-	}
-	return knit.Define("test.codec.forge", func(_ context.Context, n int) ([][8192]byte, error) {
-		return make([][8192]byte, n), nil
-	})
-}
-
-// forgeIn is the other direction: the host's input codec forges (lanes, with
-// KNIT_TEST_FORGE=1, decode with plain CBOR), so the lane's decoder meets the forged payload.
-var forgeIn = defineForgeIn()
-
-type forgedInput struct{ forgedArrays }
-
-func (forgedInput) Decode([]byte) ([][8192]byte, error) { return nil, errors.New("not used") }
-
-func defineForgeIn() *knit.Task[[][8192]byte, int] {
-	fn := func(_ context.Context, v [][8192]byte) (int, error) { return len(v), nil }
-	if os.Getenv("KNIT_TEST_FORGE") == "1" {
-		return knit.Define("test.codec.forgein", fn)
-	}
-	return knit.Define("test.codec.forgein", fn, knit.WithCodec(knit.Codec[[][8192]byte](forgedInput{})))
-}
-
-var codecTasks = []knit.Definition{add, bigResult, bigError, walkList, cyclicOut, deepAny, refuseOnLane, forge, forgeIn}
 
 // sameLane checks that lane 0 of p is still its first process and answers.
 func sameLane(t *testing.T, p *knit.Pool, pid int) {

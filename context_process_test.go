@@ -11,15 +11,6 @@ import (
 	"github.com/knitgo/knit"
 )
 
-// deadlineOf reports the deadline a task's context carries, in Unix nanoseconds (0: none).
-var deadlineOf = knit.Define("test.deadlineOf", func(ctx context.Context, _ int) (int64, error) {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return 0, nil
-	}
-	return d.UnixNano(), nil
-})
-
 // A task on a process lane sees its caller's deadline; a call without one has none.
 func TestProcessLaneSeesCallerDeadline(t *testing.T) {
 	p := newProcessPool(t, knit.Config{Lanes: 1}, deadlineOf)
@@ -38,14 +29,6 @@ func TestProcessLaneSeesCallerDeadline(t *testing.T) {
 		t.Fatalf("without a deadline: %d, %v", got, err)
 	}
 }
-
-// traceOf reports the trace id in a task's context ("" for none).
-var traceOf = knit.Define("test.traceOf", func(ctx context.Context, _ int) (string, error) {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		return sc.TraceID().String(), nil
-	}
-	return "", nil
-})
 
 // With Config.Propagator (and WithPropagator in the lane's knit.Main, as TestMain has), a
 // trace goes on in a process lane; without it the lane sees none.

@@ -4,22 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/knitgo/knit"
-)
-
-// Tasks are defined once, at package level, so that a process lane (the same binary) has
-// them too.
-var (
-	exampleAdd = knit.Define("example.add", func(_ context.Context, in [2]int64) (int64, error) {
-		return in[0] + in[1], nil
-	})
-	exampleExit = knit.Define("example.exit", func(context.Context, int) (int, error) {
-		os.Exit(3) // ends the lane process: the supervisor restarts it
-		return 0, nil
-	})
 )
 
 func ExampleDefine() {

@@ -2,7 +2,6 @@ package knit_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -16,13 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"golang.org/x/sys/unix"
 
 	"github.com/knitgo/knit"
-	"github.com/knitgo/knit/fastpath"
-	"github.com/knitgo/knit/internal/futex"
-	"github.com/knitgo/knit/internal/shm"
-	"github.com/knitgo/knit/lifecycle"
 )
 
 // More hostile lanes (docs/process-lanes.md, "Threat model"): a lane that scribbles over its
@@ -32,230 +26,12 @@ import (
 // deadline included: the watchdog bounds them), the codes, and that nothing leaks: child
 // processes, descriptors, mappings, /dev/shm names, goroutines.
 
-// The region's layout, as a lane that reads its own control block finds it (fastpath's
-// protocol: part offsets at byte 56, the inline size at byte 20, 256 bytes of ring control
-// before a ring's slots, producer word first).
-const (
-	ctrlInline   = 20
-	ctrlParts    = 56
-	partRetRing  = 2
-	partReqRing  = 1
-	ringCtrlSize = 256
-	headerTag    = 8
-	headerOff    = 16
-	headerLen    = 20
-)
-
-// partOffset is where part i of region r starts.
-func partOffset(r *fastpath.Region, i int) int {
-	return int(binary.LittleEndian.Uint32(r.Bytes()[ctrlParts+4*i:]))
-}
-
-// retHeader is the 64-byte header of return slot i of r, to write as no honest producer would.
-func retHeader(r *fastpath.Region, i int) []byte {
-	inline := int(binary.LittleEndian.Uint32(r.Bytes()[ctrlInline:]))
-	off := partOffset(r, partRetRing) + ringCtrlSize + i*(fastpath.HeaderBytes+inline)
-	return r.Bytes()[off : off+fastpath.HeaderBytes]
-}
-
-// ringBell writes the completion eventfd, as the lane's executor does after a result.
-func ringBell() {
-	one := [8]byte{1}
-	_, _ = unix.Write(lifecycle.FDDone, one[:])
-}
-
-var (
-	// scribbleAll writes random bytes over the whole of its lane's region — control block,
-	// rings, arenas, heartbeat, running word — again and again, until the host kills it.
-	scribbleAll = knit.Define("test.hostile.scribbleall", func(_ context.Context, seed uint64) (int, error) {
-		r, err := laneRegion()
-		if err != nil {
-			return 0, err
-		}
-		mem := r.Bytes()
-		rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-		for {
-			for i := 0; i+8 <= len(mem); i += 8 {
-				binary.LittleEndian.PutUint64(mem[i:], rng.Uint64())
-			}
-		}
-	})
-
-	// forgeOwn writes results for its own call that break the protocol in the way mode
-	// says (forgeModes), rings the host, waits until the host has taken them, then
-	// returns its real result, 42.
-	forgeOwn = knit.Define("test.hostile.forgeown", func(_ context.Context, mode string) (int, error) {
-		r, err := laneRegion()
-		if err != nil {
-			return 0, err
-		}
-		fn, id, gen, abort, err := ownCall(r)
-		if err != nil {
-			return 0, err
-		}
-		ret := r.Returns().Producer()
-		forge := func(set func(s fastpath.Slot, h []byte)) {
-			i, ok := ret.Reserve()
-			for !ok {
-				i, ok = ret.Reserve()
-			}
-			buf, _ := ret.Put(i, 8)
-			binary.LittleEndian.PutUint64(buf, 666)
-			s := ret.Slot(i)
-			s.SetFn(fn)
-			s.SetCall(id, gen)
-			s.SetAbort(abort)
-			s.SetFlags(0)
-			set(s, retHeader(r, i))
-			ret.Publish(i)
-		}
-		put32 := binary.LittleEndian.PutUint32
-		switch mode {
-		case "tag":
-			forge(func(_ fastpath.Slot, h []byte) { put32(h[headerTag:], 9) })
-		case "offset":
-			forge(func(_ fastpath.Slot, h []byte) {
-				put32(h[headerTag:], fastpath.TagArena)
-				put32(h[headerOff:], 13) // not 64-aligned
-			})
-		case "arena-end":
-			forge(func(_ fastpath.Slot, h []byte) {
-				put32(h[headerTag:], fastpath.TagArena)
-				put32(h[headerOff:], 0xffffffc0)
-				put32(h[headerLen:], 0x7fffffff)
-			})
-		case "length":
-			forge(func(_ fastpath.Slot, h []byte) { put32(h[headerLen:], fastpath.HeaderData+1) })
-		case "inline-length":
-			forge(func(_ fastpath.Slot, h []byte) {
-				put32(h[headerTag:], fastpath.TagInline)
-				put32(h[headerLen:], 1<<20)
-			})
-		case "function":
-			forge(func(s fastpath.Slot, _ []byte) { s.SetFn(0xffffffff) })
-		case "unserved":
-			forge(func(s fastpath.Slot, _ []byte) { s.SetFn(knit.TaskIndex(unserved)) })
-		case "other-task":
-			forge(func(s fastpath.Slot, _ []byte) { s.SetFn(knit.TaskIndex(add)) })
-		case "generation":
-			forge(func(s fastpath.Slot, _ []byte) { s.SetCall(id, gen+1) })
-		case "abort-bit":
-			forge(func(s fastpath.Slot, _ []byte) { s.SetAbort(abort + 2) })
-		case "abort-range":
-			forge(func(s fastpath.Slot, _ []byte) { s.SetAbort(0xffff) })
-		case "duplicate":
-			forge(func(fastpath.Slot, []byte) {})
-			forge(func(fastpath.Slot, []byte) {})
-		case "outcome":
-			forge(func(s fastpath.Slot, _ []byte) { s.SetFlags(77) })
-		default:
-			return 0, errors.New("unknown mode " + mode)
-		}
-		ringBell()
-		// The host takes the forged results (and kills the lane for most of them) before
-		// the executor publishes the real one.
-		for r.Returns().Consumer().Peek() != 0 {
-			time.Sleep(time.Millisecond)
-		}
-		if mode == "outcome" {
-			// A result with an unknown outcome fails its call ("lane broke the protocol")
-			// and the lane lives, but its executor's view of the return ring is now stale:
-			// its next result could wait for a slot forever. This lane leaves.
-			os.Exit(3)
-		}
-		return 42, nil
-	})
-
-	// storm rings the host's completion eventfd, wakes every futex word of the region, flips
-	// the completion arm word through all its states and rewrites its own ring words with
-	// their current values, as fast as it can, until the FIFO gate can be read. It tells the
-	// FIFO started once the storm runs, and returns 42.
-	storm = knit.Define("test.hostile.storm", func(_ context.Context, fifos [2]string) (int, error) {
-		started, gate := fifos[0], fifos[1]
-		r, err := laneRegion()
-		if err != nil {
-			return 0, err
-		}
-		mem := r.Bytes()
-		retProd := shm.U32(mem, partOffset(r, partRetRing))
-		reqCons := shm.U32(mem, partOffset(r, partReqRing)+64)
-		arm := r.Returns().Completion().Word()
-		words := []*atomic.Uint32{arm, r.AbortWake(), r.Heartbeat(), retProd, reqCons}
-		var stop atomic.Bool
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			one := [8]byte{1}
-			for !stop.Load() {
-				_, _ = unix.Write(lifecycle.FDDone, one[:])
-			}
-		})
-		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				arm.Store(uint32(i % 3)) // off, armed, signalled
-				retProd.Store(retProd.Load())
-				reqCons.Store(reqCons.Load())
-				for _, w := range words {
-					_, _ = futex.Wake(w, 1<<30)
-				}
-			}
-		})
-		werr := os.WriteFile(started, []byte{1}, 0o600)
-		_, gerr := os.ReadFile(gate)
-		stop.Store(true)
-		wg.Wait()
-		arm.Store(fastpath.ArmOff)
-		return 42, errors.Join(werr, gerr)
-	})
-
-	moreHostileTasks = []knit.Definition{add, scribbleAll, forgeOwn, storm}
-)
-
 // quickExit keeps a lane built with the race detector from sleeping a second at exit (its
 // atexit_sleep_ms), which Close, once the lane has acknowledged its stop, would wait for.
 var quickExit = []string{"GORACE=atexit_sleep_ms=0"}
 
 // eager restarts a lane that a test kills again and again at once, however often.
 var eager = knit.Restart{MaxRestarts: -1, Backoff: knit.Backoff{Min: -1, Jitter: -1}}
-
-// ownCall finds, in the request ring, the call the lane runs now: the one whose sequence
-// number the running word names.
-func ownCall(r *fastpath.Region) (fn, id, gen, abort uint32, err error) {
-	seq := fastpath.Started(r.Running().Load())
-	req := r.Requests().Consumer()
-	for i := range fastpath.Slots {
-		s := req.Slot(i)
-		if s.Seq() == seq { // sequence numbers are unique per lane incarnation
-			return s.Fn(), s.Call(), s.Gen(), s.Abort(), nil
-		}
-	}
-	return 0, 0, 0, 0, errors.New("own call not found in the request ring")
-}
-
-// A frozen spare: with KNIT_TEST_SPARE_FREEZE naming a file that does not exist yet, the first
-// spare to start creates it and plays a spare that freezes once it is taken: it reports
-// itself initialised, waits for its assignment, and stops itself (SIGSTOP) instead of booting.
-// Every later spare finds the file and behaves.
-func init() {
-	marker := os.Getenv("KNIT_TEST_SPARE_FREEZE")
-	if marker == "" || os.Getenv(lifecycle.EnvSpare) != "1" {
-		return
-	}
-	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return
-	}
-	f.Close()
-	if _, err := unix.Write(lifecycle.FDRegion, []byte{1}); err != nil {
-		os.Exit(1)
-	}
-	buf, oob := make([]byte, 1<<20), make([]byte, 64)
-	n, oobn, _, _, err := unix.Recvmsg(lifecycle.FDRegion, buf, oob, 0)
-	if err != nil || n == 0 && oobn == 0 {
-		os.Exit(0) // not needed
-	}
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-	select {}
-}
 
 // leakBaseline is what a test's process had before its pool: descriptors, mappings of lane
 // regions, goroutines.

@@ -23,100 +23,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/knitgo/knit"
-	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
-	"github.com/knitgo/knit/lifecycle"
 )
 
 // Hostile lanes: tasks that attack the host from inside a lane process on purpose. Each test
 // asserts that the host survives, the right code, and that nothing leaks (processes, /dev/shm
 // names; goroutines through TestMain's goleak).
-
-// hostileText is what a hostile lane writes where the host will read it: a terminal escape
-// sequence, a newline that would forge a log line, a byte that is not UTF-8, and bulk.
-var hostileText = "\x1b[2J\x1b[31mforged\nWARN\tknit.lifecycle\tfake line\xff" + strings.Repeat("z", 2000)
-
-var (
-	// truncRegion resizes the lane's own region file: on an unsealed file, a size of 0 made
-	// the host's next access to the region fault with SIGBUS.
-	truncRegion = knit.Define("test.hostile.truncate", func(_ context.Context, size int64) (string, error) {
-		return fmt.Sprint(unix.Ftruncate(lifecycle.FDRegion, size)), nil
-	})
-	// spew writes lines to stderr as fast as it can.
-	spew = knit.Define("test.hostile.spew", func(_ context.Context, lines int) (int, error) {
-		w := bufio.NewWriterSize(os.Stderr, 64<<10)
-		line := strings.Repeat("x", 100) + "\n"
-		for range lines {
-			w.WriteString(line)
-		}
-		return lines, w.Flush()
-	})
-	// scribble rewrites the lane's control block — boot word, fatal message, magic, all of
-	// it — after the lane was ready, then exits with the given status.
-	scribble = knit.Define("test.hostile.scribble", func(_ context.Context, status int) (int, error) {
-		r, err := laneRegion()
-		if err != nil {
-			return 0, err
-		}
-		r.SetFatal(hostileText)
-		r.Boot().Store(fastpath.BootFailed)
-		ctrl := r.Bytes()[:1024]
-		for i := range ctrl {
-			ctrl[i] ^= 0xa5
-		}
-		os.Exit(status)
-		return 0, nil
-	})
-	// runByName runs a program found through PATH.
-	runByName = knit.Define("test.hostile.path", func(_ context.Context, name string) (string, error) {
-		out, err := exec.Command(name, "-c", "echo found").Output()
-		return strings.TrimSpace(string(out)), err
-	})
-	// hog allocates n bytes in 1 MiB pieces and keeps them until it returns. In pieces, not in
-	// one slice: under RLIMIT_DATA the kernel lets the Go heap map one allocation however large
-	// over address space the runtime reserved (see TestProcessPrefixMemoryLimit); growing
-	// piece by piece, the runtime maps more metadata, which the limit refuses.
-	hog = knit.Define("test.hostile.hog", func(_ context.Context, n int) (int, error) {
-		var kept [][]byte
-		total := 0
-		for total < n {
-			b := make([]byte, min(1<<20, n-total))
-			kept = append(kept, b)
-			total += len(b)
-		}
-		return total, nil
-	})
-	hostileTasks = []knit.Definition{add, truncRegion, spew, scribble, runByName, hog, fault}
-)
-
-// laneRegion maps the lane's own region a second time, as any code in a lane can.
-func laneRegion() (*fastpath.Region, error) {
-	fd, err := unix.Dup(lifecycle.FDRegion)
-	if err != nil {
-		return nil, err
-	}
-	mp, err := shm.MapFile(os.NewFile(uintptr(fd), "region"))
-	if err != nil {
-		return nil, err
-	}
-	return fastpath.OpenRegion(mp.Bytes())
-}
-
-// A lane that fails its boot with a hostile message: with KNIT_TEST_HOSTILE_BOOT in its
-// environment, it leaves hostileText in its region's fatal area and on stderr, before
-// knit.Main runs.
-func init() {
-	if os.Getenv("KNIT_TEST_HOSTILE_BOOT") == "" || os.Getenv(lifecycle.EnvBoot) == "" {
-		return
-	}
-	r, err := laneRegion()
-	if err != nil {
-		os.Exit(1)
-	}
-	r.SetFatal(hostileText)
-	fmt.Fprintln(os.Stderr, hostileText)
-	os.Exit(lifecycle.ExitBoot)
-}
 
 // checkNoLeaks fails t if child processes or /dev/shm names of this process are left.
 func checkNoLeaks(t *testing.T) {
@@ -420,7 +332,7 @@ func TestProcessCrashReport(t *testing.T) {
 		t.Fatalf("err = %v, want WORKER_CRASHED", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"fatal error: fault", "[signal SIGSEGV", "[running]:", "process_test.go:"} {
+	for _, want := range []string{"fatal error: fault", "[signal SIGSEGV", "[running]:", "tasks_test.go:"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("crash error lacks %q: %s", want, msg)
 		}

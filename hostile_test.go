@@ -10,82 +10,10 @@ import (
 	"time"
 
 	"github.com/knitgo/knit"
-	"github.com/knitgo/knit/fastpath"
-	"github.com/knitgo/knit/internal/shm"
 )
 
-// Hostile lanes (docs/process-lanes.md, "Threat model"): each task below misbehaves on
-// purpose, from inside a real lane process.
-
-var (
-	// freeze stops its own lane process (SIGSTOP): the lane neither ends nor answers. The
-	// stop can take effect a while after kill returns (the signal waits in the process's
-	// pending set for a thread to act on it: seen after 100+ µs here), so the task never
-	// returns: returning would publish a result before the lane froze.
-	freeze = knit.Define("test.hostile.freeze", func(context.Context, int) (int, error) {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		select {}
-	})
-	// closeBell closes the completion doorbell's descriptor and replaces it with /dev/null,
-	// then answers: its results are published, but the host is never rung for them.
-	closeBell = knit.Define("test.hostile.closebell", func(context.Context, int) (int, error) {
-		null, err := os.Open(os.DevNull)
-		if err != nil {
-			return 0, err
-		}
-		defer null.Close()
-		if err := syscall.Dup2(int(null.Fd()), 4); err != nil {
-			return 0, err
-		}
-		return 7, nil
-	})
-	// forgeOther writes results into its own lane's return ring for calls it does not hold:
-	// every record id below 64 of the victim task, in every generation below 8, with 666.
-	forgeOther = knit.Define("test.hostile.forge", func(_ context.Context, victim uint32) (int, error) {
-		f := os.NewFile(3, "region")
-		mp, err := shm.MapFile(f)
-		if err != nil {
-			return 0, err
-		}
-		r, err := fastpath.OpenRegion(mp.Bytes())
-		if err != nil {
-			return 0, err
-		}
-		ret := r.Returns().Producer()
-		forged := []byte{0x19, 0x02, 0x9a} // CBOR 666
-		for id := uint32(0); id < 64; id++ {
-			for gen := uint32(0); gen < 8; gen++ {
-				i, ok := ret.Reserve()
-				for !ok {
-					i, ok = ret.Reserve()
-				}
-				buf, err := ret.Put(i, len(forged))
-				if err != nil {
-					return 0, err
-				}
-				copy(buf, forged)
-				s := ret.Slot(i)
-				s.SetFn(victim)
-				s.SetCall(id, gen)
-				s.SetAbort(0)
-				s.SetFlags(0)
-				ret.Publish(i)
-			}
-		}
-		return 0, nil
-	})
-	// victim waits for its gate (a FIFO) and returns its input.
-	victim = knit.Define("test.hostile.victim", func(_ context.Context, gate string) (int, error) {
-		if _, err := os.ReadFile(gate); err != nil {
-			return 0, err
-		}
-		return 42, nil
-	})
-	// overrun ignores its context and never returns.
-	overrun = knit.Define("test.hostile.overrun", func(context.Context, int) (int, error) {
-		select {}
-	}, knit.HardTimeout(300*time.Millisecond))
-)
+// Hostile lanes (docs/process-lanes.md, "Threat model"): each test runs a task (tasks_test.go)
+// that misbehaves on purpose, from inside a real lane process.
 
 // A frozen lane is found by the watchdog: a call without a deadline settles, the lane is
 // killed as unresponsive and restarted, and Close returns.

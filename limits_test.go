@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,90 +21,12 @@ import (
 	"github.com/knitgo/knit"
 )
 
-// Tasks for the limits tests (the test binary is the lane binary).
-var (
-	// hoardMem allocates without bound, touching every page, and keeps all of it.
-	hoardMem = knit.Define("test.limits.hoard", func(ctx context.Context, _ int) (int, error) {
-		return hoard(ctx)
-	})
-	// hoardThreads hoards like hoardMem while 64 goroutines sleep in system calls, so that
-	// the runtime keeps starting threads (pthread_create, in this cgo-linked binary), whose
-	// stacks RLIMIT_DATA counts too.
-	hoardThreads = knit.Define("test.limits.hoardthreads", func(ctx context.Context, _ int) (int, error) {
-		for range 64 {
-			go func() {
-				for ctx.Err() == nil {
-					ts := unix.NsecToTimespec(int64(time.Millisecond))
-					_ = unix.Nanosleep(&ts, nil)
-				}
-			}()
-		}
-		return hoard(ctx)
-	})
-	// openFiles opens /dev/null n times, and closes them all before it returns.
-	openFiles = knit.Define("test.limits.files", func(_ context.Context, n int) (int, error) {
-		var files []*os.File
-		defer func() {
-			for _, f := range files {
-				f.Close()
-			}
-		}()
-		for i := range n {
-			f, err := os.Open(os.DevNull)
-			if err != nil {
-				return i, err
-			}
-			files = append(files, f)
-		}
-		return n, nil
-	})
-	// burnCPU computes until its call is cancelled.
-	burnCPU = knit.Define("test.limits.burn", func(ctx context.Context, _ int) (int, error) {
-		x := 0
-		for ctx.Err() == nil {
-			for i := range 1 << 20 {
-				x ^= i
-			}
-		}
-		return x, nil
-	})
-	// startSetsid starts `sleep 1000` in a session of its own (setsid): out of the lane's
-	// process group, so that killing the group misses it. It returns the child's pid.
-	startSetsid = knit.Define("test.limits.setsid", func(context.Context, int) (int, error) {
-		cmd := exec.Command("sleep", "1000")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
-			return 0, err
-		}
-		return cmd.Process.Pid, nil
-	})
-	// laneLimits returns the lane's /proc/self/limits and its Go memory limit.
-	laneLimits = knit.Define("test.limits.show", func(context.Context, int) ([]string, error) {
-		b, err := os.ReadFile("/proc/self/limits")
-		return []string{string(b), strconv.FormatInt(debug.SetMemoryLimit(-1), 10)}, err
-	})
-	limitTasks = []knit.Definition{add, hoardMem, hoardThreads, openFiles, burnCPU, startSetsid, exit3, laneLimits}
-)
-
 // bounded is the context of a call in these tests: a lane that hangs instead of reaching its
 // limit fails the test (at the deadline) rather than the whole suite at its timeout.
 func bounded(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// hoard allocates without bound, touching every page, and keeps all of it.
-func hoard(ctx context.Context) (int, error) {
-	var kept [][]byte
-	for ctx.Err() == nil {
-		b := make([]byte, 1<<20)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 1
-		}
-		kept = append(kept, b)
-	}
-	return len(kept), ctx.Err()
 }
 
 // newLimitsPool starts a pool of process lanes with limits, or skips the test, saying why,

@@ -370,12 +370,6 @@ func TestMetricsCallDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// hardStall overruns its HardTimeout: on a process lane the host kills the lane.
-var hardStall = knit.Define("test.metrics.hardstall", func(ctx context.Context, _ int) (int, error) {
-	time.Sleep(time.Hour) // ignores its context: only the kill ends it
-	return 0, nil
-}, knit.HardTimeout(50*time.Millisecond))
-
 // A call past its HardTimeout gets its process lane killed: one kill, one crash.
 func TestMetricsCountKills(t *testing.T) {
 	reader := sdkmetric.NewManualReader()

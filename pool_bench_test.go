@@ -30,15 +30,6 @@ import (
 // A watchdog (benchPool) turns a pool that stops completing calls into a failed benchmark
 // instead of a hung run; docs/benchmarks.md records the stalls it caught.
 
-var (
-	benchInt = knit.Define("bench.int64", func(_ context.Context, in int64) (int64, error) {
-		return in + 1, nil
-	})
-	benchBytes = knit.Define("bench.bytes1KiB", func(_ context.Context, in []byte) ([]byte, error) {
-		return in, nil
-	})
-)
-
 // inFlight is the number of calls outstanding in the throughput benchmarks.
 const inFlight = 1024
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,72 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit"
 )
-
-func TestMain(m *testing.M) {
-	knit.Main(knit.WithPropagator(propagation.TraceContext{}))
-	if _, ok := os.LookupEnv("GORACE"); !ok {
-		// Race-built lanes would sleep 1 s at every exit: Close would wait for it.
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
-	goleak.VerifyTestMain(m)
-}
-
-var (
-	add = knit.Define("test.add", func(_ context.Context, in [2]int64) (int64, error) {
-		return in[0] + in[1], nil
-	})
-	echo = knit.Define("test.echo", func(_ context.Context, in []byte) ([]byte, error) { return in, nil })
-	fail = knit.Define("test.fail", func(_ context.Context, msg string) (int, error) {
-		return 0, errors.New(msg)
-	})
-	boom = knit.Define("test.panic", func(_ context.Context, msg string) (int, error) { panic(msg) })
-
-	// block waits for a gate: it tells started, then returns when the gate opens or its
-	// context ends (reporting which on ended).
-	block = knit.Define("test.block", func(ctx context.Context, g *gate) (string, error) {
-		g.started <- struct{}{}
-		select {
-		case <-g.open:
-			return "opened", nil
-		case <-ctx.Done():
-			g.ended <- ctx.Err()
-			return "", ctx.Err()
-		}
-	})
-	blockTimeout = knit.Define("test.block.timeout", func(ctx context.Context, g *gate) (string, error) {
-		<-ctx.Done()
-		return "", ctx.Err()
-	}, knit.Timeout(time.Millisecond))
-	blockDefault = knit.Define("test.block.default", func(ctx context.Context, g *gate) (string, error) {
-		<-ctx.Done()
-		return "", ctx.Err()
-	}, knit.TimeoutDefault(time.Millisecond, "fallback"))
-	goexit = knit.Define("test.goexit", func(context.Context, int) (int, error) {
-		runtime.Goexit()
-		return 0, nil
-	})
-)
-
-// unserved is in no test pool.
-var unserved = knit.Define("test.unserved", func(context.Context, int) (int, error) { return 0, nil })
-
-// gate lets a test hold a task inside a lane.
-type gate struct {
-	started chan struct{}
-	open    chan struct{}
-	ended   chan error
-}
-
-func newGate() *gate {
-	return &gate{started: make(chan struct{}, 64), open: make(chan struct{}), ended: make(chan error, 64)}
-}
 
 func newPool(t testing.TB, cfg knit.Config) *knit.Pool {
 	t.Helper()
@@ -498,16 +436,6 @@ func TestScalarCallDoesNotAllocate(t *testing.T) {
 		})
 	}
 }
-
-var (
-	idemDouble = knit.Define("test.idem.double", func(_ context.Context, n int) (int, error) { return 2 * n, nil }, knit.Idempotent())
-	plainTwice = knit.Define("test.plain.double", func(_ context.Context, n int) (int, error) { return 2 * n, nil })
-	gatedPanic = knit.Define("test.gated.panic", func(_ context.Context, g *gate) (int, error) {
-		g.started <- struct{}{}
-		<-g.open
-		panic("crash the lane on purpose")
-	})
-)
 
 // A goroutine lane that crashes (PanicCrashesLane) is restarted; the Idempotent calls it held
 // run again on the new incarnation, the others settle with WORKER_CRASHED.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,71 +20,6 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
 )
-
-// Tasks for process lanes. The test binary is the lane binary (TestMain calls knit.Main).
-var (
-	sleepy = knit.Define("test.proc.sleep", func(ctx context.Context, _ int) (int, error) {
-		<-ctx.Done()
-		return 0, ctx.Err()
-	})
-	exit3 = knit.Define("test.proc.exit", func(_ context.Context, code int) (int, error) {
-		os.Exit(code)
-		return 0, nil
-	})
-	goPanic = knit.Define("test.proc.gopanic", func(_ context.Context, msg string) (int, error) {
-		done := make(chan struct{})
-		go func() { panic(msg) }() // nobody can recover this one: the process dies
-		<-done
-		return 0, nil
-	})
-	// fault writes to a read-only page: a real SIGSEGV that the Go runtime cannot turn into
-	// a recoverable panic.
-	fault = knit.Define("test.proc.fault", func(_ context.Context, _ int) (int, error) {
-		page, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-		if err != nil {
-			return 0, err
-		}
-		page[0] = 1
-		return 0, nil
-	})
-	environ = knit.Define("test.proc.environ", func(context.Context, int) ([]string, error) {
-		return os.Environ(), nil
-	})
-	spawnChild = knit.Define("test.proc.spawn", func(context.Context, int) (int, error) {
-		cmd := exec.Command("sleep", "1000")
-		if err := cmd.Start(); err != nil {
-			return 0, err
-		}
-		return cmd.Process.Pid, nil
-	})
-	nestedPool = knit.Define("test.proc.nested", func(context.Context, int) (string, error) {
-		_, err := knit.NewPool(knit.Config{Lanes: 1}, add)
-		if err == nil {
-			return "", errors.New("NewPool succeeded inside a lane")
-		}
-		return err.Error(), nil
-	})
-	coded = knit.Define("test.proc.coded", func(context.Context, int) (int, error) {
-		return 0, &knit.Error{Code: knit.CodeOverloaded, Lane: -1, Message: "try later"}
-	})
-	procTasks = []knit.Definition{add, echo, fail, boom, sleepy, exit3, goPanic, fault, environ, spawnChild, nestedPool, coded}
-)
-
-// A task whose definition depends on KNIT_TEST_VARIANT, which only lanes get (through
-// Config.Process.Env): it lets a test build lanes whose registry does not match the host's.
-var variant = defineVariant()
-
-func defineVariant() knit.Definition {
-	switch os.Getenv("KNIT_TEST_VARIANT") {
-	case "mismatch":
-		return knit.Define("test.variant", func(context.Context, string) (int, error) { return 0, nil })
-	case "missing":
-		return nil
-	case "initpanic":
-		panic("init failed on purpose")
-	}
-	return knit.Define("test.variant", func(context.Context, int) (int, error) { return 0, nil })
-}
 
 func newProcessPool(t testing.TB, cfg knit.Config, tasks ...knit.Definition) *knit.Pool {
 	t.Helper()
@@ -217,16 +151,6 @@ func held(ctx context.Context, p *knit.Pool, n int) []*knit.Future[int] {
 	}
 	return futs
 }
-
-// running is a call that tells the test it runs (one byte into the FIFO it names), then
-// waits for its context.
-var running = knit.Define("test.proc.running", func(ctx context.Context, fifo string) (int, error) {
-	if err := os.WriteFile(fifo, []byte{1}, 0o600); err != nil {
-		return 0, err
-	}
-	<-ctx.Done()
-	return 0, ctx.Err()
-})
 
 // runningCall starts a running call and returns once it runs on its lane.
 func runningCall(t *testing.T, ctx context.Context, p *knit.Pool) *knit.Future[int] {

@@ -23,29 +23,8 @@ import (
 // Recycling (MaxCallsPerLane, MaxLaneMemory) and Resize: lanes are replaced, added and
 // retired under load without losing a call, running one twice, or dipping below the
 // capacity the pool should have. Runs are counted per call id: in memory for goroutine
-// lanes, in the mapped counters file of settle_test.go for process lanes.
-
-var (
-	goRuns  atomic.Pointer[[]atomic.Uint32]
-	counted = knit.Define("test.recycle.count", func(_ context.Context, id int) (int, error) {
-		runs := *goRuns.Load()
-		if id < 0 || id >= len(runs) {
-			return 0, fmt.Errorf("call id %d out of range", id)
-		}
-		runs[id].Add(1)
-		return 2 * id, nil
-	})
-
-	ballast [][]byte
-	grow    = knit.Define("test.recycle.grow", func(_ context.Context, mib int) (int, error) {
-		b := make([]byte, mib<<20)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 1 // resident, not only reserved
-		}
-		ballast = append(ballast, b)
-		return len(ballast), nil
-	})
-)
+// lanes, in the mapped counters file of the settlement tasks (tasks_test.go) for
+// process lanes.
 
 // lifeWatch follows a pool's events: which lane incarnations serve (from ready until they
 // stop, a recycled one until it stops too), the fewest serving at once while armed, and

@@ -8,10 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -19,70 +17,8 @@ import (
 )
 
 // Precise settlement (docs/lifecycle.md, "When a lane dies"): a lane's death costs only the
-// call it was running. The tasks below count their runs in a file that the test and every
-// lane process map, so the test can tell how often each call really ran.
-
-// chaosCall is one call of the chaos test: ID indexes the run counters; a call whose Die is
-// set SIGKILLs its own lane the first time it runs (a marker file makes it once only).
-type chaosCall struct {
-	ID  int
-	Die bool
-}
-
-const envRuns = "KNIT_TEST_RUNS" // the counters file; the marker files go beside it
-
-var (
-	chaosOnce  = knit.Define("test.settle.once", chaosRun)
-	chaosIdem  = knit.Define("test.settle.idem", chaosRun, knit.Idempotent())
-	alwaysDies = knit.Define("test.settle.poison", func(context.Context, int) (int, error) {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
-	}, knit.Idempotent())
-)
-
-var runCounters struct {
-	once sync.Once
-	runs []atomic.Uint32
-	err  error
-}
-
-// mapRuns maps the counters file named by KNIT_TEST_RUNS (in the test and in each lane).
-func mapRuns(path string) ([]atomic.Uint32, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*atomic.Uint32)(unsafe.Pointer(&mem[0])), len(mem)/4), nil
-}
-
-func chaosRun(_ context.Context, c chaosCall) (int, error) {
-	runCounters.once.Do(func() { runCounters.runs, runCounters.err = mapRuns(os.Getenv(envRuns)) })
-	if runCounters.err != nil {
-		return 0, runCounters.err
-	}
-	if c.ID < 0 || c.ID >= len(runCounters.runs) {
-		return 0, fmt.Errorf("call id %d out of range", c.ID)
-	}
-	runCounters.runs[c.ID].Add(1)
-	if c.Die {
-		marker := filepath.Join(filepath.Dir(os.Getenv(envRuns)), fmt.Sprintf("died-%d", c.ID))
-		if f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
-			f.Close()
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
-		}
-	}
-	return c.ID * 2, nil
-}
+// call it was running. The tasks (tasks_test.go) count their runs in a file that the test and
+// every lane process map, so the test can tell how often each call really ran.
 
 // With the default Config, a burst of calls that kill their lanes costs only the calls
 // that were running: calls that had not started run elsewhere, Idempotent ones run again,

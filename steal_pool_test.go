@@ -19,31 +19,6 @@ import (
 	"github.com/knitgo/knit"
 )
 
-var (
-	// holdPID writes its lane's PID into the file named, then waits for its context.
-	holdPID = knit.Define("test.steal.hold", func(ctx context.Context, file string) (int, error) {
-		if err := os.WriteFile(file, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-			return 0, err
-		}
-		<-ctx.Done()
-		return 0, ctx.Err()
-	})
-	// holdOnce is holdPID for an Idempotent task that holds only the first time: run again
-	// (its file exists), it answers at once.
-	holdOnce = knit.Define("test.steal.holdonce", func(ctx context.Context, file string) (int, error) {
-		if _, err := os.Stat(file); err == nil {
-			return 7, nil
-		}
-		if err := os.WriteFile(file, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-			return 0, err
-		}
-		<-ctx.Done()
-		return 0, ctx.Err()
-	}, knit.Idempotent())
-)
-
-var stealTasks = []knit.Definition{add, holdPID, holdOnce, sleepy}
-
 // Which pools steal: those that ask (with 31 lanes at most on a ring), and by default the
 // goroutine pools of 2 to 31 lanes with the default balancer, stealing from each other.
 func TestStealModeChosen(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -33,69 +32,6 @@ import (
 // pools; the chaos test then makes 100,000 calls per pool with 10 kills. By default (and
 // with -short, and under -race, where lanes are race-built processes too) the counts are
 // scaled down so that the package's race run stays short.
-
-// stressCall is one call of the stress tests. ID indexes the run counters in the file Runs
-// (mapped by the test and by each lane process, so the test sees every execution, whichever
-// lane ran it); a Slow call blocks its lane for stressSlow, so lanes fall behind one another
-// and idle lanes have calls to take.
-type stressCall struct {
-	ID   int
-	Runs string
-	Slow bool
-}
-
-const stressSlow = 200 * time.Microsecond
-
-var (
-	stressOnce = knit.Define("test.steal.once", stressRun)
-	stressIdem = knit.Define("test.steal.idem", stressRun, knit.Idempotent())
-)
-
-// stressCounters maps a counters file path to its mapping: the test stores its own before
-// the pool starts (goroutine lanes run in the test process); a lane process maps the file
-// on its first call.
-var stressCounters sync.Map // string → []atomic.Uint32
-
-// stressResult is what call id must return.
-func stressResult(id int) int { return 3*id + 1 }
-
-func stressRun(_ context.Context, c stressCall) (int, error) {
-	v, ok := stressCounters.Load(c.Runs)
-	if !ok {
-		runs, _, err := mapCounters(c.Runs)
-		if err != nil {
-			return 0, err
-		}
-		v, _ = stressCounters.LoadOrStore(c.Runs, runs)
-	}
-	runs := v.([]atomic.Uint32)
-	if c.ID < 0 || c.ID >= len(runs) {
-		return 0, fmt.Errorf("call id %d out of range", c.ID)
-	}
-	runs[c.ID].Add(1)
-	if c.Slow {
-		time.Sleep(stressSlow)
-	}
-	return stressResult(c.ID), nil
-}
-
-// mapCounters maps the counters file at path shared.
-func mapCounters(path string) ([]atomic.Uint32, []byte, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, nil, err
-	}
-	return unsafe.Slice((*atomic.Uint32)(unsafe.Pointer(&mem[0])), len(mem)/4), mem, nil
-}
 
 // newCounters creates a counters file for n calls under t's temporary directory, maps it and
 // registers it for the goroutine lanes; the cleanup unregisters and unmaps it (after the

@@ -2,10 +2,8 @@ package knit_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -192,28 +190,6 @@ var supBackoffs = []struct {
 	name string
 	min  time.Duration
 }{{"none", -1}, {"1ms", 0}} // Backoff.Min: negative is no delay, zero the default 1ms
-
-// supLaneInit is when this package was initialised: in a lane process, the end of the test
-// binary's package initialisation, give or take the packages initialised after it.
-var supLaneInit = time.Now()
-
-// supLaneTimes is what supLaneTimesTask reports from a lane.
-type supLaneTimes struct {
-	Lane, Incarnation int
-	Init, Epoch       int64 // UnixNano: supLaneInit; the host's epoch from the boot record
-}
-
-var supLaneTimesTask = knit.Define("bench.sup.lanetimes", func(context.Context, int64) (supLaneTimes, error) {
-	var boot struct {
-		Lane        int   `json:"lane"`
-		Incarnation int   `json:"incarnation"`
-		Epoch       int64 `json:"epoch"`
-	}
-	if err := json.Unmarshal([]byte(os.Getenv("KNIT_BOOT")), &boot); err != nil {
-		return supLaneTimes{}, fmt.Errorf("not in a lane: %v", err)
-	}
-	return supLaneTimes{Lane: boot.Lane, Incarnation: boot.Incarnation, Init: supLaneInit.UnixNano(), Epoch: boot.Epoch}, nil
-})
 
 // supEvents keeps a pool's events for the restart benchmarks.
 type supEvents struct {

@@ -2,13 +2,11 @@ package knit_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,93 +21,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/knitgo/knit"
-)
-
-// bootRecord is the part of a lane's boot record a test task needs to know where it runs.
-type bootRecord struct {
-	Lane        int `json:"lane"`
-	Incarnation int `json:"incarnation"`
-}
-
-// thisLane is the lane a process-lane task runs on (-1 in the host).
-func thisLane() bootRecord {
-	b := bootRecord{Lane: -1}
-	if s := os.Getenv("KNIT_BOOT"); s != "" {
-		_ = json.Unmarshal([]byte(s), &b)
-	}
-	return b
-}
-
-// A lane booting as a restart of lane 1 (of any lane, with KNIT_TEST_BOOTFAIL_ANY) fails
-// while the file KNIT_TEST_BOOTFAIL names exists.
-func init() {
-	if f := os.Getenv("KNIT_TEST_BOOTFAIL"); f != "" {
-		if b := thisLane(); (b.Lane == 1 || os.Getenv("KNIT_TEST_BOOTFAIL_ANY") != "") && b.Incarnation > 0 {
-			if _, err := os.Stat(f); err == nil {
-				fmt.Fprintln(os.Stderr, "boot failure on purpose")
-				os.Exit(5)
-			}
-		}
-	}
-}
-
-// trigger ends lane 1 the way its input says, once the FIFO it names can be read: the test
-// first queues held calls behind it. On other lanes it returns at once.
-type trigger struct {
-	Gate string
-	How  string
-}
-
-var (
-	endLane = knit.Define("test.sup.end", func(ctx context.Context, in trigger) (int, error) {
-		if thisLane().Lane != 1 {
-			return 0, nil
-		}
-		gate, err := os.ReadFile(in.Gate) // a FIFO: blocks until the test writes
-		if err != nil || len(gate) == 0 {
-			return 0, fmt.Errorf("gate: %v", err)
-		}
-		switch in.How {
-		case "exit 0":
-			os.Exit(0)
-		case "exit 3":
-			os.Exit(3)
-		case "task panic":
-			panic("task panic on purpose")
-		case "runtime panic":
-			go func() { panic("unrecoverable on purpose") }()
-		case "SIGSEGV":
-			page, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-			if err != nil {
-				return 0, err
-			}
-			page[0] = 1
-		case "hard timeout":
-		}
-		<-ctx.Done() // a hard timeout kills the lane before this returns
-		select {}
-	})
-	// hung overruns its hard timeout on lane 1.
-	hung = knit.Define("test.sup.hung", func(ctx context.Context, in trigger) (int, error) {
-		if thisLane().Lane != 1 {
-			return 0, nil
-		}
-		_, _ = os.ReadFile(in.Gate)
-		select {}
-	}, knit.HardTimeout(2*time.Second))
-	// stubborn ignores SIGTERM, tells the test so through the FIFO it names, and never
-	// returns.
-	stubborn = knit.Define("test.sup.stubborn", func(ctx context.Context, fifo string) (int, error) {
-		signal.Ignore(syscall.SIGTERM)
-		if err := os.WriteFile(fifo, []byte{1}, 0o600); err != nil {
-			return 0, err
-		}
-		select {}
-	})
-	idemAdd = knit.Define("test.sup.idemadd", func(_ context.Context, in [2]int64) (int64, error) {
-		return in[0] + in[1], nil
-	}, knit.Idempotent())
-	supTasks = []knit.Definition{add, sleepy, endLane, hung, stubborn, idemAdd}
 )
 
 // recorder keeps a pool's events and lets a test wait for one.

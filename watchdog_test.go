@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// stallTask is defined here, not in tasks_test.go with the other test tasks: this test is
+// internal (package knit), which cannot refer to what tasks_test.go (package knit_test)
+// defines.
 var stallTask = Define("test.pool.stall", func(context.Context, int) (int, error) { return 0, nil })
 
 // countBell counts its wakes.
