@@ -27,14 +27,6 @@ func sameLane(t *testing.T, p *knit.Pool, pid int) {
 	}
 }
 
-func wantCode(t *testing.T, what string, err error, code knit.Code) {
-	t.Helper()
-	var ke *knit.Error
-	if !errors.As(err, &ke) || ke.Code != code {
-		t.Fatalf("%s: err = %v, want %s", what, err, code)
-	}
-}
-
 func TestCodecResultTooLarge(t *testing.T) {
 	p := newProcessPool(t, knit.Config{Lanes: 1, Payload: knit.Payload{Arena: 64 << 10, MaxCall: 16 << 10}}, codecTasks...)
 	ctx := context.Background()
@@ -141,60 +133,6 @@ func TestCodecUnexportedFieldRefused(t *testing.T) {
 	defer g.Close(context.Background())
 	if _, err := hidden.Call(context.Background(), g, hiddenField{Name: "x", secret: 1}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestNewPoolNilTask(t *testing.T) {
-	var none *knit.Task[int, int]
-	for name, tasks := range map[string][]knit.Definition{
-		"nil":       {add, nil},
-		"typed nil": {none},
-		"zero Task": {&knit.Task[int, int]{}},
-	} {
-		_, err := knit.NewPool(knit.Config{Lanes: 1}, tasks...)
-		wantCode(t, name, err, knit.CodePoolUnavailable)
-		if !strings.Contains(err.Error(), "nil") {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-}
-
-func TestDefineRefusesNegativeTimeouts(t *testing.T) {
-	for name, opt := range map[string]knit.TaskOption{
-		"Timeout":        knit.Timeout(-1),
-		"HardTimeout":    knit.HardTimeout(-5),
-		"TimeoutDefault": knit.TimeoutDefault(-1, 0),
-		"nil":            nil,
-	} {
-		func() {
-			defer func() {
-				r := recover()
-				if r == nil || !strings.Contains(r.(string), "test.codec.negative."+name) {
-					t.Errorf("%s: Define did not panic naming the task: %v", name, r)
-				}
-			}()
-			knit.Define("test.codec.negative."+name, func(context.Context, int) (int, error) { return 0, nil }, opt)
-		}()
-	}
-}
-
-func TestTaskPanicKeepsStackOutOfMessage(t *testing.T) {
-	g, err := knit.NewPool(knit.Config{Lanes: 1}, boom)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close(context.Background())
-	p := newProcessPool(t, knit.Config{Lanes: 1}, boom)
-	for name, pool := range map[string]*knit.Pool{"goroutine": g, "process": p} {
-		_, err := boom.Call(context.Background(), pool, "kaboom")
-		wantCode(t, name, err, knit.CodeTaskPanic)
-		if strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "panic: kaboom") {
-			t.Errorf("%s: message %q carries a stack, or not the value", name, err)
-		}
-		var pe *knit.PanicError
-		if !errors.As(err, &pe) || !strings.Contains(string(pe.Stack), "goroutine") || pe.Error() != "panic: kaboom" {
-			t.Errorf("%s: PanicError %+v", name, pe)
-		}
 	}
 }
 

@@ -4,182 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/knitgo/knit"
 )
 
-func newPool(t testing.TB, cfg knit.Config) *knit.Pool {
-	t.Helper()
-	tasks := []knit.Definition{add, echo, fail, boom, block, blockTimeout, blockDefault, goexit}
-	if cfg.Runtime == knit.Process {
-		// A *gate holds channels in unexported fields: it cannot cross a process boundary,
-		// and NewPool refuses it for process lanes.
-		tasks = []knit.Definition{add, echo, fail, boom, goexit}
-	}
-	p, err := knit.NewPool(cfg, tasks...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close(context.Background()) })
-	return p
-}
-
-func TestCall(t *testing.T) {
-	p := newPool(t, knit.Config{Lanes: 2})
-	ctx := context.Background()
-	sum, err := add.Call(ctx, p, [2]int64{40, 2})
-	if err != nil || sum != 42 {
-		t.Fatalf("add = %d, %v", sum, err)
-	}
-	b, err := echo.Call(ctx, p, []byte("hello"))
-	if err != nil || string(b) != "hello" {
-		t.Fatalf("echo = %q, %v", b, err)
-	}
-	f := add.Go(ctx, p, [2]int64{1, 2})
-	<-f.Done()
-	if v, err := f.Wait(); err != nil || v != 3 {
-		t.Fatalf("future = %d, %v", v, err)
-	}
-}
-
-func TestTaskError(t *testing.T) {
-	p := newPool(t, knit.Config{Lanes: 1})
-	_, err := fail.Call(context.Background(), p, "bad input")
-	var ke *knit.Error
-	if !errors.As(err, &ke) || ke.Code != knit.CodeTaskError || ke.Task != "test.fail" || !strings.Contains(err.Error(), "bad input") {
-		t.Fatalf("err = %#v", err)
-	}
-}
-
-func TestPanicRejectsCallLaneLives(t *testing.T) {
-	p := newPool(t, knit.Config{Lanes: 1})
-	_, err := boom.Call(context.Background(), p, "kaboom")
-	if !errors.Is(err, knit.ErrTaskPanic) {
-		t.Fatalf("err = %v, want ErrTaskPanic", err)
-	}
-	var pe *knit.PanicError
-	if !strings.Contains(err.Error(), "kaboom") || strings.Contains(err.Error(), "goroutine") ||
-		!errors.As(err, &pe) || !strings.Contains(string(pe.Stack), "goroutine") {
-		t.Fatalf("panic error lacks the value, or its stack is in the message, not in the PanicError: %v", err)
-	}
-	if sum, err := add.Call(context.Background(), p, [2]int64{1, 1}); err != nil || sum != 2 {
-		t.Fatalf("lane did not keep serving: %d, %v", sum, err)
-	}
-	if s := p.Stats(); s.Lanes[0].State != knit.StateReady || s.Lanes[0].Failed != 1 {
-		t.Fatalf("stats after panic: %+v", s.Lanes[0])
-	}
-}
-
-func TestManyCalls(t *testing.T) {
-	calls := 1_000_000
-	if testing.Short() {
-		calls = 100_000
-	}
-	p := newPool(t, knit.Config{Lanes: 4})
-	addConcurrently(t, p, calls, 64)
-	var done uint64
-	for _, l := range p.Stats().Lanes {
-		done += l.Completed
-	}
-	if done != uint64(calls) {
-		t.Fatalf("lanes completed %d calls, want %d", done, calls)
-	}
-	if err := p.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// addConcurrently makes n add calls from workers goroutines and checks every sum.
-func addConcurrently(t *testing.T, p *knit.Pool, n, workers int) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += workers {
-				sum, err := add.Call(context.Background(), p, [2]int64{int64(i), int64(w)})
-				if err != nil || sum != int64(i+w) {
-					errc <- fmt.Errorf("call %d: %d, %v", i, sum, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Fatal(err)
-	}
-}
-
-func TestCancel(t *testing.T) {
-	p := newPool(t, knit.Config{Lanes: 1})
-	g := newGate()
-	ctx, cancel := context.WithCancel(context.Background())
-	f := block.Go(ctx, p, g)
-	<-g.started
-	cancel()
-	_, err := f.Wait()
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want one wrapping context.Canceled", err)
-	}
-	if taskErr := <-g.ended; !errors.Is(taskErr, context.Canceled) {
-		t.Fatalf("task context ended with %v", taskErr)
-	}
-	// The same through Call.
-	ctx, cancel = context.WithCancel(context.Background())
-	go func() { <-g.started; cancel() }()
-	if _, err := block.Call(ctx, p, g); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Call err = %v", err)
-	}
-	<-g.ended
-}
-
-func TestDeadline(t *testing.T) {
-	p := newPool(t, knit.Config{Lanes: 1})
-	g := newGate()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancel()
-	_, err := block.Call(ctx, p, g)
-	if !errors.Is(err, knit.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want ErrTimeout wrapping DeadlineExceeded", err)
-	}
-	select {
-	case <-g.started: // the task ran: its context ended with the call
-		if taskErr := <-g.ended; !errors.Is(taskErr, context.DeadlineExceeded) {
-			t.Fatalf("task context ended with %v", taskErr)
-		}
-	default: // on a loaded machine the deadline can pass before the lane takes the call: it never runs
-	}
-}
-
-func TestTaskTimeout(t *testing.T) {
-	p := newPool(t, knit.Config{Lanes: 1})
-	_, err := blockTimeout.Call(context.Background(), p, newGate())
-	if !errors.Is(err, knit.ErrTimeout) {
-		t.Fatalf("err = %v, want ErrTimeout", err)
-	}
-	v, err := blockDefault.Call(context.Background(), p, newGate())
-	if err != nil || v != "fallback" {
-		t.Fatalf("TimeoutDefault gave %q, %v", v, err)
-	}
-	v, err = blockDefault.Go(context.Background(), p, newGate()).Wait()
-	if err != nil || v != "fallback" {
-		t.Fatalf("TimeoutDefault future gave %q, %v", v, err)
-	}
-}
+// The pool (pool.go): NewPool, dispatch (a full pool, BlockWhenFull, balancers, FailFast),
+// Close, its methods in any order, and its loggers.
 
 // occupy holds the only lane of p in a blocked call and fills its 32 slots.
 func occupy(t *testing.T, p *knit.Pool, g *gate) []*knit.Future[string] {
@@ -295,45 +138,6 @@ func TestCloseAbandonsStuckLane(t *testing.T) {
 	close(g.open) // let the abandoned goroutine finish so nothing leaks
 }
 
-func TestGoexitEndsLane(t *testing.T) {
-	// Transient (default): an exit without a stop request is abnormal and the lane comes
-	// back as incarnation 1; the next call waits for it.
-	p := newPool(t, knit.Config{Lanes: 1})
-	_, err := goexit.Call(context.Background(), p, 1)
-	if !errors.Is(err, knit.ErrWorkerExited) {
-		t.Fatalf("err = %v, want WORKER_EXITED", err)
-	}
-	if _, err := add.Call(context.Background(), p, [2]int64{}); err != nil {
-		t.Fatalf("call after the restart: %v", err)
-	}
-	// The new incarnation takes calls a moment before its ready event is reported.
-	for e := range p.Events() {
-		if e.Lane == 0 && e.To == knit.StateReady && e.Incarnation == 1 {
-			break
-		}
-	}
-	if s := p.Stats().Lanes[0]; s.State != knit.StateReady || s.Incarnation != 1 || s.Restarts != 1 {
-		t.Fatalf("lane after restart: %+v", s)
-	}
-
-	// Temporary: the lane is not restarted, the pool has none left and says so.
-	p = newPool(t, knit.Config{Lanes: 1, Restart: knit.Restart{Type: knit.Temporary}})
-	if _, err := goexit.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrWorkerExited) {
-		t.Fatalf("err = %v, want WORKER_EXITED", err)
-	}
-	for e := range p.Events() {
-		if e.Lane == -1 && e.To == knit.StateFailed {
-			break
-		}
-	}
-	if _, err := add.Call(context.Background(), p, [2]int64{}); !errors.Is(err, knit.ErrPoolUnavailable) {
-		t.Fatalf("call on a pool with no live lane: %v, want ErrPoolUnavailable", err)
-	}
-	if s := p.Stats(); s.Lanes[0].State != knit.StateDead || !s.Failed {
-		t.Fatalf("stats %+v", s)
-	}
-}
-
 func TestBalancers(t *testing.T) {
 	for _, b := range []knit.Balancer{knit.LeastLoaded, knit.RoundRobin, knit.FirstIdle, knit.Random, knit.FirstIdleOrRandom} {
 		p := newPool(t, knit.Config{Lanes: 3, Balancer: b, Steal: knit.StealOff}) // balancers place calls on private lanes
@@ -380,109 +184,235 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestDefinePanics(t *testing.T) {
-	mustPanic := func(name, want string, f func()) {
-		t.Helper()
-		defer func() {
-			v := recover()
-			if v == nil || !strings.Contains(fmt.Sprint(v), want) {
-				t.Errorf("%s: panic %v, want one mentioning %q", name, v, want)
-			}
-		}()
-		f()
+func TestNewPoolNilTask(t *testing.T) {
+	var none *knit.Task[int, int]
+	for name, tasks := range map[string][]knit.Definition{
+		"nil":       {add, nil},
+		"typed nil": {none},
+		"zero Task": {&knit.Task[int, int]{}},
+	} {
+		_, err := knit.NewPool(knit.Config{Lanes: 1}, tasks...)
+		wantCode(t, name, err, knit.CodePoolUnavailable)
+		if !strings.Contains(err.Error(), "nil") {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
-	mustPanic("duplicate", "defined twice", func() {
-		knit.Define("test.add", func(context.Context, int) (int, error) { return 0, nil })
-	})
-	mustPanic("unsupported", "chan int", func() {
-		knit.Define("test.chan", func(context.Context, chan int) (int, error) { return 0, nil })
-	})
-	mustPanic("default type", "TimeoutDefault", func() {
-		knit.Define("test.baddefault", func(context.Context, int) (int, error) { return 0, nil },
-			knit.TimeoutDefault(time.Second, "not an int"))
-	})
 }
 
-func TestScalarCallDoesNotAllocate(t *testing.T) {
-	if testing.CoverMode() != "" || raceEnabled {
-		t.Skip("allocation counts are only meaningful without -race and -cover")
+// Every exported method, in orders a user might call them — futures settled and unsettled,
+// Close twice, calls after Close — neither panics a lane nor hangs Close.
+func TestAPIInAnyOrder(t *testing.T) {
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		t.Run(rt.String(), func(t *testing.T) {
+			p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: rt, Logger: quiet(), StopAckTimeout: 10 * time.Second}, add, sleepy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			unsettled := sleepy.Go(ctx, p, 0)
+			if !unsettled.Pending() {
+				t.Fatal("a blocked call's future is settled")
+			}
+			select {
+			case <-unsettled.Done():
+				t.Fatal("Done closed for a blocked call")
+			default:
+			}
+			settled := add.Go(context.Background(), p, [2]int64{1, 2})
+			if v, err := settled.Wait(); err != nil || v != 3 {
+				t.Fatalf("Wait: %d, %v", v, err)
+			}
+			if v, err := settled.Wait(); err != nil || v != 3 || settled.Pending() {
+				t.Fatalf("second Wait: %d, %v", v, err)
+			}
+			<-settled.Done()
+			_ = p.Stats()
+			_ = p.PID()
+			_ = p.Events()
+			if _, err := add.Call(context.Background(), p, [2]int64{2, 2}); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			if _, err := unsettled.Wait(); !errors.Is(err, context.Canceled) {
+				t.Errorf("cancelled future: %v", err)
+			}
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := add.Call(context.Background(), p, [2]int64{1, 1}); !errors.Is(err, knit.ErrPoolClosed) {
+				t.Errorf("call after Close: %v", err)
+			}
+			if _, err := add.Go(context.Background(), p, [2]int64{1, 1}).Wait(); !errors.Is(err, knit.ErrPoolClosed) {
+				t.Errorf("Go after Close: %v", err)
+			}
+			if s := p.Stats(); !s.Closed {
+				t.Errorf("Stats after Close: %+v", s)
+			}
+			for range p.Events() { // closed by Close
+			}
+		})
 	}
-	// With the default logger (KNIT_DEBUG unset, or naming only namespaces off the call
-	// path) and with a caller's logger at Info, under a supervision tree whose events and
-	// protoactor logs flow through the same loggers: a call costs nothing.
-	for _, tc := range []struct {
-		name, debug string
-		logger      *zap.Logger
-	}{
-		{"default", "", nil},
-		{"debug-supervisor", "supervisor,steal", nil},
-		{"caller-logger", "", zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel))},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("KNIT_DEBUG", tc.debug)
-			for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
-				p := newPool(t, knit.Config{Lanes: 1, Runtime: rt, Logger: tc.logger})
-				ctx := context.Background()
-				var failures atomic.Int32
-				allocs := testing.AllocsPerRun(10_000, func() {
-					if _, err := add.Call(ctx, p, [2]int64{1, 2}); err != nil {
-						failures.Add(1)
-					}
+}
+
+// With FailFast, a call that finds every lane in crash-loop backoff fails at once with
+// POOL_UNAVAILABLE; without it, it waits within its context; either way the pool serves
+// again once the lanes boot.
+func TestFailFastWhileEveryLaneBacksOff(t *testing.T) {
+	for _, failFast := range []bool{true, false} {
+		bootFail := filepath.Join(t.TempDir(), "bootfail")
+		if err := os.WriteFile(bootFail, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("KNIT_TEST_BOOTFAIL", bootFail)
+		t.Setenv("KNIT_TEST_BOOTFAIL_ANY", "1")
+		rec := newRecorder()
+		p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: knit.Process, Logger: zap.NewNop(), OnEvent: rec.record,
+			FailFast: failFast, Process: knit.ProcessConfig{Spares: -1},
+			Restart: knit.Restart{MaxRestarts: 1, Period: time.Hour,
+				Backoff: knit.Backoff{Min: time.Millisecond, Max: time.Millisecond, CrashLoopMax: time.Millisecond, Jitter: -1}}}, supTasks...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.Kill(p.Stats().Lanes[0].PID, syscall.SIGKILL)
+		first := rec.await(t, "crash-loop backoff", func(e knit.Event) bool { return e.To == knit.StateCrashLoopBackoff })
+		ctx, cancel := context.WithCancel(context.Background())
+		if !failFast { // the call waits through more backoffs: only its context ends it
+			go func() {
+				rec.await(t, "more backoffs", func(e knit.Event) bool {
+					return e.To == knit.StateCrashLoopBackoff && e.Incarnation >= first.Incarnation+3
 				})
-				if failures.Load() != 0 || allocs != 0 {
-					t.Fatalf("%v: %v allocs per scalar call (%d failures), want 0", rt, allocs, failures.Load())
+				cancel()
+			}()
+		}
+		_, err = add.Call(ctx, p, [2]int64{1, 2})
+		cancel()
+		switch {
+		case failFast && !errors.Is(err, knit.ErrPoolUnavailable):
+			t.Errorf("fail fast: %v, want POOL_UNAVAILABLE", err)
+		case !failFast && !errors.Is(err, context.Canceled):
+			t.Errorf("waiting call: %v, want its context's end", err)
+		}
+		if err := os.Remove(bootFail); err != nil {
+			t.Fatal(err)
+		}
+		rec.await(t, "lane back", func(e knit.Event) bool { return e.To == knit.StateReady && e.Incarnation > 0 })
+		if _, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil {
+			t.Errorf("call once the lane boots: %v", err)
+		}
+		_ = p.Close(context.Background())
+	}
+}
+
+// Every namespace but steal says something at Debug, on the host and in process lanes (whose
+// lines the host re-emits under the same names).
+func TestDebugNamespaces(t *testing.T) {
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		t.Run(rt.String(), func(t *testing.T) {
+			core, logs := observer.New(zapcore.DebugLevel)
+			ready := make(chan knit.Event, 8)
+			// Generous timeouts: a loaded machine must not turn the stop into a kill, or a
+			// spare's start into a failure, and so change what is logged.
+			p, err := knit.NewPool(knit.Config{Lanes: 1, Runtime: rt, PanicCrashesLane: true, Logger: zap.New(core),
+				StopAckTimeout: time.Hour, StartupTimeout: time.Hour,
+				OnEvent: func(e knit.Event) {
+					if e.To == knit.StateReady {
+						ready <- e
+					}
+				}}, procTasks...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-ready
+			call := func() {
+				t.Helper()
+				if sum, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || sum != 3 {
+					t.Fatalf("call: %d, %v", sum, err)
+				}
+			}
+			call()
+			// End the first incarnation on its own, so that a restart follows.
+			if rt == knit.Process {
+				knit.AwaitSpares(p) // the restart takes the spare
+				if err := syscall.Kill(p.Stats().Lanes[0].PID, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := boom.Call(context.Background(), p, "crash the lane"); err == nil {
+				t.Fatal("a panicking call succeeded")
+			}
+			if e := <-ready; e.Incarnation != 1 {
+				t.Fatalf("ready event %+v, want incarnation 1", e)
+			}
+			call()
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+
+			var seen []string
+			for _, e := range logs.All() {
+				if e.Level == zapcore.DebugLevel {
+					seen = append(seen, e.LoggerName+": "+e.Message)
+				}
+			}
+			want := []string{
+				"knit.lifecycle: pool started",
+				"knit.codec: task codecs",
+				"knit.fastpath: region created",
+				"knit.lane: stop requested",
+				"knit.lane: stop acknowledged",
+				"knit.lane: lane ended",
+			}
+			if rt == knit.Process {
+				want = append(want,
+					"knit.lane: lane process started",
+					"knit.lane: spare process assigned",
+					"knit.lane: lane process reaped",
+					// from the lane processes
+					"knit.lifecycle: lane ready",
+					"knit.fastpath: region mapped",
+					"knit.codec: tasks resolved",
+					"knit.fastpath: rings fenced",
+				)
+			} else {
+				want = append(want, "knit.lane: lane goroutine started", "knit.fastpath: queue sealed")
+			}
+			for _, w := range want {
+				if !slices.Contains(seen, w) {
+					t.Errorf("no Debug entry %q; got %q", w, seen)
 				}
 			}
 		})
 	}
 }
 
-// A goroutine lane that crashes (PanicCrashesLane) is restarted; the Idempotent calls it held
-// run again on the new incarnation, the others settle with WORKER_CRASHED.
-func TestCrashedGoroutineLaneRestartsAndReRunsIdempotentCalls(t *testing.T) {
-	var events []knit.Event
-	var mu sync.Mutex
-	p, err := knit.NewPool(knit.Config{Lanes: 1, PanicCrashesLane: true, OnEvent: func(e knit.Event) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	}}, gatedPanic, idemDouble, plainTwice)
-	if err != nil {
-		t.Fatal(err)
+// Process lanes log Debug entries when the host's logger would take them.
+func TestLaneDebugFollowsHostLogger(t *testing.T) {
+	info, _ := observer.New(zapcore.InfoLevel)
+	debug, _ := observer.New(zapcore.DebugLevel)
+	cases := []struct {
+		env    string
+		logger *zap.Logger
+		want   string
+	}{
+		{"", nil, ""},
+		{"lane, codec", nil, "codec,lane"},
+		{"*", nil, "*"},
+		{"lane", zap.New(info), ""},
+		{"", zap.New(debug), "*"},
 	}
-	defer p.Close(context.Background())
-	g := newGate()
-	crash := gatedPanic.Go(context.Background(), p, g)
-	<-g.started
-	var idem, plain []*knit.Future[int]
-	for i := range 10 {
-		idem = append(idem, idemDouble.Go(context.Background(), p, i))
-		plain = append(plain, plainTwice.Go(context.Background(), p, i))
-	}
-	close(g.open)
-	if _, err := crash.Wait(); !errors.Is(err, knit.ErrWorkerCrashed) {
-		t.Fatalf("crashing call: %v", err)
-	}
-	for i, f := range idem {
-		if v, err := f.Wait(); err != nil || v != 2*i {
-			t.Errorf("idempotent call %d: %d, %v", i, v, err)
-		}
-	}
-	for i, f := range plain {
-		if v, err := f.Wait(); err != nil && !errors.Is(err, knit.ErrWorkerCrashed) || err == nil && v != 2*i {
-			t.Errorf("plain call %d: %d, %v", i, v, err)
-		}
-	}
-	if s := p.Stats().Lanes[0]; s.Incarnation != 1 || s.Restarts != 1 {
-		t.Errorf("lane %+v", s)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	var crashed bool
-	for _, e := range events {
-		crashed = crashed || e.To == knit.StateCrashed && e.Code == knit.CodeWorkerCrashed && e.Incarnation == 0
-	}
-	if !crashed {
-		t.Errorf("no crashed event: %+v", events)
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%q/%v", tc.env, tc.logger != nil), func(t *testing.T) {
+			t.Setenv("KNIT_DEBUG", tc.env)
+			p, err := knit.NewPool(knit.Config{Lanes: 1, Logger: tc.logger}, add)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			if got := knit.LaneDebug(p); got != tc.want {
+				t.Errorf("lanes get KNIT_DEBUG=%q, want %q", got, tc.want)
+			}
+		})
 	}
 }

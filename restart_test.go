@@ -23,65 +23,10 @@ import (
 	"github.com/knitgo/knit"
 )
 
-// recorder keeps a pool's events and lets a test wait for one.
-type recorder struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	all  []knit.Event
-}
+// Supervision (Config.Restart, restart.go): how lanes end, are restarted or given up, and
+// what becomes of the calls they held.
 
-func newRecorder() *recorder {
-	r := &recorder{}
-	r.cond = sync.NewCond(&r.mu)
-	return r
-}
-
-func (r *recorder) record(e knit.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, e)
-	r.cond.Broadcast()
-	r.mu.Unlock()
-}
-
-// await blocks until an event matches (the supervisor reports every transition). A bound
-// far beyond any expected wait turns a hang into a failure with the events so far.
-func (r *recorder) await(t testing.TB, what string, match func(knit.Event) bool) knit.Event {
-	t.Helper()
-	expired := false
-	timer := time.AfterFunc(time.Minute, func() {
-		r.mu.Lock()
-		expired = true
-		r.cond.Broadcast()
-		r.mu.Unlock()
-	})
-	defer timer.Stop()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for {
-		for _, e := range r.all {
-			if match(e) {
-				return e
-			}
-		}
-		if expired {
-			t.Fatalf("no event: %s; events: %+v", what, r.all)
-		}
-		r.cond.Wait()
-	}
-}
-
-func (r *recorder) events(lane int) []knit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []knit.Event
-	for _, e := range r.all {
-		if e.Lane == lane {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
+// has reports whether es holds a transition to to.
 func has(es []knit.Event, to knit.State) bool {
 	for _, e := range es {
 		if e.To == to {
@@ -525,15 +470,6 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-func allReady(p *knit.Pool) bool {
-	for _, l := range p.Stats().Lanes {
-		if l.State != knit.StateReady {
-			return false
-		}
-	}
-	return true
-}
-
 // A restart takes the spare process the pool keeps started; a new spare replaces it.
 func TestRestartTakesSpare(t *testing.T) {
 	rec := newRecorder()
@@ -583,35 +519,91 @@ func TestRestartTakesSpare(t *testing.T) {
 	}
 }
 
-// lanePIDs collects every lane process a pool has had, so that a test can check that none
-// outlives Close.
-type lanePIDs struct {
-	mu   sync.Mutex
-	seen map[int]bool
-}
-
-// note records the pool's current lane processes.
-func (s *lanePIDs) note(p *knit.Pool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.seen == nil {
-		s.seen = map[int]bool{}
+func TestGoexitEndsLane(t *testing.T) {
+	// Transient (default): an exit without a stop request is abnormal and the lane comes
+	// back as incarnation 1; the next call waits for it.
+	p := newPool(t, knit.Config{Lanes: 1})
+	_, err := goexit.Call(context.Background(), p, 1)
+	if !errors.Is(err, knit.ErrWorkerExited) {
+		t.Fatalf("err = %v, want WORKER_EXITED", err)
 	}
-	for _, l := range p.Stats().Lanes {
-		if l.PID > 0 {
-			s.seen[l.PID] = true
+	if _, err := add.Call(context.Background(), p, [2]int64{}); err != nil {
+		t.Fatalf("call after the restart: %v", err)
+	}
+	// The new incarnation takes calls a moment before its ready event is reported.
+	for e := range p.Events() {
+		if e.Lane == 0 && e.To == knit.StateReady && e.Incarnation == 1 {
+			break
 		}
 	}
+	if s := p.Stats().Lanes[0]; s.State != knit.StateReady || s.Incarnation != 1 || s.Restarts != 1 {
+		t.Fatalf("lane after restart: %+v", s)
+	}
+
+	// Temporary: the lane is not restarted, the pool has none left and says so.
+	p = newPool(t, knit.Config{Lanes: 1, Restart: knit.Restart{Type: knit.Temporary}})
+	if _, err := goexit.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrWorkerExited) {
+		t.Fatalf("err = %v, want WORKER_EXITED", err)
+	}
+	for e := range p.Events() {
+		if e.Lane == -1 && e.To == knit.StateFailed {
+			break
+		}
+	}
+	if _, err := add.Call(context.Background(), p, [2]int64{}); !errors.Is(err, knit.ErrPoolUnavailable) {
+		t.Fatalf("call on a pool with no live lane: %v, want ErrPoolUnavailable", err)
+	}
+	if s := p.Stats(); s.Lanes[0].State != knit.StateDead || !s.Failed {
+		t.Fatalf("stats %+v", s)
+	}
 }
 
-// checkGone fails t for every noted process that still exists.
-func (s *lanePIDs) checkGone(t *testing.T) {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for pid := range s.seen {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			t.Errorf("lane process %d still exists after Close", pid)
+// A goroutine lane that crashes (PanicCrashesLane) is restarted; the Idempotent calls it held
+// run again on the new incarnation, the others settle with WORKER_CRASHED.
+func TestCrashedGoroutineLaneRestartsAndReRunsIdempotentCalls(t *testing.T) {
+	var events []knit.Event
+	var mu sync.Mutex
+	p, err := knit.NewPool(knit.Config{Lanes: 1, PanicCrashesLane: true, OnEvent: func(e knit.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}}, gatedPanic, idemDouble, plainTwice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	g := newGate()
+	crash := gatedPanic.Go(context.Background(), p, g)
+	<-g.started
+	var idem, plain []*knit.Future[int]
+	for i := range 10 {
+		idem = append(idem, idemDouble.Go(context.Background(), p, i))
+		plain = append(plain, plainTwice.Go(context.Background(), p, i))
+	}
+	close(g.open)
+	if _, err := crash.Wait(); !errors.Is(err, knit.ErrWorkerCrashed) {
+		t.Fatalf("crashing call: %v", err)
+	}
+	for i, f := range idem {
+		if v, err := f.Wait(); err != nil || v != 2*i {
+			t.Errorf("idempotent call %d: %d, %v", i, v, err)
 		}
+	}
+	for i, f := range plain {
+		if v, err := f.Wait(); err != nil && !errors.Is(err, knit.ErrWorkerCrashed) || err == nil && v != 2*i {
+			t.Errorf("plain call %d: %d, %v", i, v, err)
+		}
+	}
+	if s := p.Stats().Lanes[0]; s.Incarnation != 1 || s.Restarts != 1 {
+		t.Errorf("lane %+v", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var crashed bool
+	for _, e := range events {
+		crashed = crashed || e.To == knit.StateCrashed && e.Code == knit.CodeWorkerCrashed && e.Incarnation == 0
+	}
+	if !crashed {
+		t.Errorf("no crashed event: %+v", events)
 	}
 }
