@@ -495,8 +495,8 @@ func (t *taskAttrs) observe(ob metric.Observer, c metric.Int64ObservableCounter,
 // they count as "OTHER", so that no task can grow the instruments' cardinality without
 // bound.
 var knownCodes = []Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
-	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeCanceled, CodeThreadClosed,
-	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall}
+	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeInvalidArgument, CodeUnknownTask, CodeCanceled, CodeThreadClosed,
+	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall, CodeOutOfMemory, CodeCPULimit}
 
 const maxCodes = 64
 
