@@ -81,6 +81,10 @@ type Payload struct {
 // refuses, with an INVALID_ARGUMENT *Error naming the field, a value outside the bounds its
 // doc gives, an unknown enum value, and a negative count where none is documented.
 type Config struct {
+	// Name names the pool in its logs (field "pool"), its metrics (attribute knit.pool:
+	// pools that share a MeterProvider need names of their own) and the inspector (default
+	// "knit-pool-<pid>-<n>", unique in the process).
+	Name string
 	// Lanes is the number of lanes, 1 to 1024 (default runtime.GOMAXPROCS(0)).
 	Lanes int
 	// Runtime is Goroutine (default) or Process.

@@ -125,7 +125,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 		slots: make([]laneSlot, maxLanes)}
 	p.size.Store(int32(cfg.Lanes))
 	debug := logging.DebugFromEnv()
-	p.root = logging.New(cfg.Logger, debug)
+	p.root = logging.New(cfg.Logger, debug).With(zap.String("pool", p.Name()))
 	switch {
 	case cfg.Logger == nil:
 		p.laneDebug = debug.String()
@@ -207,7 +207,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	tree, err := supervisor.Start(supervisor.Config{
 		Lanes: cfg.Lanes, Policy: cfg.Restart.policy(), System: cfg.ActorSystem, Parent: cfg.Parent,
 		FailedMessage: func(pool *actor.PID, err error) any { return &PoolFailed{Pool: pool, Err: errorOf(err)} },
-		Name:          p.Name(),
+		Name:          p.actorName(),
 		Logger:        actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
 	}, host{p})
 	if err != nil {

@@ -52,6 +52,11 @@ type Stats struct {
 	// StealLocal, which has no ring).
 	Steal  Steal
 	Shared int
+	// Failures counts every call that failed since the pool started, by code, whatever
+	// failed it: its task, its lane's end, a timeout, its caller's context, a full backlog,
+	// a closed pool. TotalFailed is their sum.
+	Failures    map[Code]uint64
+	TotalFailed uint64
 }
 
 // Stats returns a snapshot of the pool's lanes.
@@ -84,6 +89,7 @@ func (p *Pool) Stats() Stats {
 		s.Lanes = append(s.Lanes, ls)
 	}
 	s.Tasks = p.taskStats()
+	s.Failures, s.TotalFailed = p.obs.failureCounts()
 	s.Steal = StealOff
 	if sh := p.shared; sh != nil {
 		s.Steal, s.Shared = sh.mode, int(sh.inflight.Load())
