@@ -408,12 +408,13 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 	if prop := p.cfg.Propagator; prop != nil {
 		r.Enc = actors.AppendCarried(r.Enc, func(add func(k, v string)) { prop.Inject(ctx, setCarrier(add)) })
 	}
-	if r.Enc, err = t.def.InCodec.Append(r.Enc, r.In); err != nil {
+	// A value over the limit is refused before it is encoded where its size is known
+	// cheaply (bytes, strings, proto, what a CBOR value's strings and slices hold).
+	if r.Enc, err = actors.AppendMax(t.def.InCodec, r.Enc, r.In, p.cfg.Payload.MaxCall-len(r.Enc)); err != nil {
+		if tl := (*actors.TooLargeError)(nil); errors.As(err, &tl) {
+			return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(), Message: "input: " + tl.Error()}
+		}
 		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
-	}
-	if len(r.Enc) > p.cfg.Payload.MaxCall {
-		return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
-			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.Payload = r.Enc
 	if d, ok := ctx.Deadline(); ok {
