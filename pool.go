@@ -468,7 +468,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		l := p.pick()
 		if l == nil {
 			if e := p.failed.Load(); e != nil {
-				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+				return nil, &Error{Code: e.Code, Lane: -1, Task: c.Def.Name(), Message: e.Message, Cause: e.Cause}
 			}
 			changed := p.changes()
 			if p.closing.Load() {
@@ -539,7 +539,7 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 			return nil, errClosed
 		}
 		if e := p.failed.Load(); e != nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+			return nil, &Error{Code: e.Code, Lane: -1, Task: c.Def.Name(), Message: e.Message, Cause: e.Cause}
 		}
 		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
 			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
