@@ -207,12 +207,16 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 // prepare checks the pool and the context, and applies the task's Timeout.
 func (t *Task[In, Out]) prepare(ctx context.Context, p *Pool) (context.Context, context.CancelFunc, error) {
 	switch {
+	case t == nil || t.def == nil:
+		return ctx, nil, &Error{Code: CodeInvalidArgument, Lane: -1, Message: "nil task (tasks come from knit.Define)"}
 	case p == nil:
-		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
+		return ctx, nil, &Error{Code: CodeInvalidArgument, Lane: -1, Task: t.def.Name(), Message: "nil pool"}
+	case ctx == nil:
+		return ctx, nil, &Error{Code: CodeInvalidArgument, Lane: -1, Task: t.def.Name(), Message: "nil context"}
 	case p.closing.Load():
 		return ctx, nil, &Error{Code: CodePoolClosed, Lane: -1, Task: t.def.Name(), Message: "pool is closed"}
 	case int(t.def.Index()) >= len(p.byIndex) || p.byIndex[t.def.Index()] == nil:
-		return ctx, nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool"}
+		return ctx, nil, &Error{Code: CodeUnknownTask, Lane: -1, Task: t.def.Name(), Message: "task is not served by this pool (give it to NewPool)"}
 	}
 	if ctx.Err() != nil {
 		return ctx, nil, ctxError(ctx, t.def)
@@ -404,12 +408,13 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 	if prop := p.cfg.Propagator; prop != nil {
 		r.Enc = actors.AppendCarried(r.Enc, func(add func(k, v string)) { prop.Inject(ctx, setCarrier(add)) })
 	}
-	if r.Enc, err = t.def.InCodec.Append(r.Enc, r.In); err != nil {
+	// A value over the limit is refused before it is encoded where its size is known
+	// cheaply (bytes, strings, proto, what a CBOR value's strings and slices hold).
+	if r.Enc, err = actors.AppendMax(t.def.InCodec, r.Enc, r.In, p.cfg.Payload.MaxCall-len(r.Enc)); err != nil {
+		if tl := (*actors.TooLargeError)(nil); errors.As(err, &tl) {
+			return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(), Message: "input: " + tl.Error()}
+		}
 		return c, &Error{Code: CodeUnsupportedType, Lane: -1, Task: t.def.Name(), Message: "encoding the input", Cause: err}
-	}
-	if len(r.Enc) > p.cfg.Payload.MaxCall {
-		return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(),
-			Message: fmt.Sprintf("input of %d bytes is over the %d-byte limit", len(r.Enc), p.cfg.Payload.MaxCall)}
 	}
 	c.Payload = r.Enc
 	if d, ok := ctx.Deadline(); ok {
@@ -538,7 +543,7 @@ func (t *Task[In, Out]) abandon(r *actors.Record[In, Out], err error) {
 
 // rejected counts, in the pool's metrics, a call refused before it had a record.
 func (t *Task[In, Out]) rejected(p *Pool, err error) {
-	if p != nil {
+	if p != nil && t != nil && t.def != nil {
 		p.obs.rejected(t.def.Index(), err)
 	}
 }

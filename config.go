@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/lifecycle"
 )
 
@@ -71,29 +72,38 @@ func (s Steal) String() string {
 
 // Payload sets the sizes of the fast path.
 type Payload struct {
-	Inline  int // bytes carried inside a slot; a multiple of 64 (default 512)
-	Arena   int // payload arena per direction and lane; a multiple of 64 (default 4 MiB)
-	MaxCall int // largest encoded value a call may carry (default: the arena size)
+	Inline  int // bytes carried inside a slot; a multiple of 64 up to 64 KiB (default 512)
+	Arena   int // payload arena per direction and lane; a multiple of 64 up to 1 GiB (default 4 MiB)
+	MaxCall int // largest encoded value a call may carry (default, and at most: the arena size)
 }
 
-// Config configures a pool. The zero value is a pool of GOMAXPROCS goroutine lanes.
+// Config configures a pool. The zero value is a pool of GOMAXPROCS goroutine lanes. NewPool
+// refuses, with an INVALID_ARGUMENT *Error naming the field, a value outside the bounds its
+// doc gives, an unknown enum value, and a negative count where none is documented.
 type Config struct {
-	// Lanes is the number of lanes (default runtime.GOMAXPROCS(0)).
+	// Name names the pool in its logs (field "pool"), its metrics (attribute knit.pool:
+	// pools that share a MeterProvider need names of their own) and the inspector (default
+	// "knit-pool-<pid>-<n>", unique in the process).
+	Name string
+	// Lanes is the number of lanes, 1 to 1024 (default runtime.GOMAXPROCS(0)).
 	Lanes int
 	// Runtime is Goroutine (default) or Process.
 	Runtime Runtime
 	// Balancer picks a lane per call (default LeastLoaded).
 	Balancer Balancer
-	// Backlog bounds the calls a lane holds beyond its 32 slots (default 4096).
+	// Backlog bounds the calls a lane holds beyond its 32 slots, at most 65536; each lane
+	// allocates its backlog up front (default 4096).
 	Backlog int
 	// BlockWhenFull makes a call wait, within its context, for room in a full backlog;
 	// by default it fails at once with ErrOverloaded.
 	BlockWhenFull bool
-	// LaneSpin is how long an idle lane polls for work before parking. Zero means none:
-	// a parked goroutine lane is woken through the Go scheduler on the caller's own core,
-	// which on small machines beats a spinner on another core (docs/benchmarks.md).
+	// LaneSpin is how long an idle lane polls for work before parking, at most 1s. Zero:
+	// the runtime's default — none for goroutine lanes (a parked goroutine lane is woken
+	// through the Go scheduler on the caller's own core, which on small machines beats a
+	// spinner on another core: docs/benchmarks.md), 50µs for process lanes. Negative: none.
 	LaneSpin time.Duration
-	// CallerSpin is how long a caller polls for its result before parking (zero: none).
+	// CallerSpin is how long a caller polls for its result before parking, at most 1s.
+	// Zero: the runtime's default, as for LaneSpin; negative: none.
 	CallerSpin time.Duration
 	// Payload sets the fast path's sizes.
 	Payload Payload
@@ -111,6 +121,9 @@ type Config struct {
 	// every lane is in crash-loop backoff (or dead); by default it waits, within its
 	// context, for a lane to come back. Calls still wait for lanes on an ordinary restart.
 	FailFast bool
+	// StopAckTimeout, KillGrace and StartupTimeout are at most 24h; zero or negative takes
+	// the default.
+	//
 	// StopAckTimeout is how long a lane has to acknowledge its stop request before it is
 	// killed (process) or abandoned (goroutine) (default 50ms).
 	StopAckTimeout time.Duration
@@ -124,7 +137,7 @@ type Config struct {
 	// bumps a heartbeat whatever its tasks do, and a lane whose heartbeat stands still for
 	// Liveness is killed (WORKER_UNRESPONSIVE) and restarted. At the same interval the host
 	// looks at every return ring, so that a lost doorbell cannot strand results (default
-	// 3s; negative: no watchdog).
+	// 3s; negative: no watchdog; otherwise 10ms to 24h).
 	Liveness time.Duration
 	// Propagator carries values of each caller's context into process lanes — with
 	// propagation.TraceContext{}, a trace goes on in the task — when the lane binary's
@@ -149,7 +162,8 @@ type Config struct {
 	// OnEvent is called with every lifecycle transition, in order, from the supervisor's
 	// goroutines. It must not block and must not call Close.
 	OnEvent func(Event)
-	// EventBuffer is the capacity of the channel Pool.Events returns (default 1024); events
+	// EventBuffer is the capacity of the channel Pool.Events returns, at most 65536
+	// (default 1024); events
 	// that find it full are dropped and counted in Stats.DroppedEvents. OnEvent drops none.
 	EventBuffer int
 	// MeterProvider receives the pool's OpenTelemetry metrics (docs/operating.md lists the
@@ -159,7 +173,8 @@ type Config struct {
 	// LatencyWindow, if positive, has Stats.Tasks give each task's latency quantiles over
 	// the last one to two periods of LatencyWindow (30*time.Second is a good start). It
 	// costs each task 5 KB and each call two monotonic clock reads (as a MeterProvider that
-	// records does; with both, the reads are shared) and an atomic add. Default: none.
+	// records does; with both, the reads are shared) and an atomic add. Default: none; at
+	// most 24h.
 	LatencyWindow time.Duration
 	// MaxCallsPerLane recycles a lane incarnation once it has taken this many calls (zero:
 	// never), goroutine and process lanes alike: its replacement boots while it serves on
@@ -223,7 +238,7 @@ type ProcessConfig struct {
 	SharedMemory SharedMemoryMode
 	// Spares is how many lane processes the pool keeps started ahead — exec'd, initialised,
 	// waiting for a boot record — so that a restart skips process start-up (default 1;
-	// negative: none). A spare is started once the pool is up and after each one is taken.
+	// negative: none; at most 64). A spare is started once the pool is up and after each one is taken.
 	Spares int
 	// Limits bound each lane process's memory, CPU time, CPU bandwidth, open files and
 	// processes, in a cgroup of its own where the host can make one (see Limits). The zero
@@ -304,11 +319,11 @@ func (c Config) withDefaults(caps lifecycle.Caps) Config {
 // or a Task value not made by Define).
 func checkTasks(tasks []Definition) error {
 	if len(tasks) == 0 {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "NewPool needs at least one task"}
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: "NewPool needs at least one task"}
 	}
 	for i, t := range tasks {
 		if t == nil || t.actorsDef() == nil {
-			return &Error{Code: CodePoolUnavailable, Lane: -1,
+			return &Error{Code: CodeInvalidArgument, Lane: -1,
 				Message: fmt.Sprintf("NewPool: task %d of %d is nil (tasks come from knit.Define)", i+1, len(tasks))}
 		}
 	}
@@ -329,3 +344,117 @@ func checkPortable(caps lifecycle.Caps, defs []actors.Def) error {
 	}
 	return nil
 }
+
+// Bounds of Config fields that would otherwise exhaust memory or mean nothing.
+const (
+	maxBacklog     = 1 << 16
+	maxEventBuffer = 1 << 16
+	maxSpin        = time.Second
+	maxSpares      = 64
+	maxDuration    = 24 * time.Hour // StopAckTimeout, KillGrace, StartupTimeout, Liveness, LatencyWindow
+	minLiveness    = 10 * time.Millisecond
+)
+
+// check refuses, at NewPool, a Config no pool can run: an unknown enum, a negative count, a
+// size or duration beyond its bound (each field's doc says which). The error is an
+// INVALID_ARGUMENT *Error naming the field.
+func (c Config) check() error {
+	bad := func(field string, v any, why string) error {
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: fmt.Sprintf("Config.%s %v: %s", field, v, why)}
+	}
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{{"StopAckTimeout", c.StopAckTimeout}, {"KillGrace", c.KillGrace}, {"StartupTimeout", c.StartupTimeout},
+		{"Liveness", c.Liveness}, {"LatencyWindow", c.LatencyWindow}}
+	for _, d := range durations {
+		if d.d > maxDuration {
+			return bad(d.name, d.d, fmt.Sprintf("over %v", maxDuration))
+		}
+	}
+	r := c.Restart
+	switch {
+	case c.Lanes < 0 || c.Lanes > maxLanes:
+		return bad("Lanes", c.Lanes, fmt.Sprintf("want 1 to %d (0: GOMAXPROCS)", maxLanes))
+	case c.Runtime < 0 || int(c.Runtime) >= len(runtimes):
+		return bad("Runtime", int(c.Runtime), "unknown (Goroutine or Process)")
+	case c.Balancer < LeastLoaded || c.Balancer > FirstIdleOrRandom:
+		return bad("Balancer", int(c.Balancer), "unknown")
+	case c.Steal < StealAuto || c.Steal > StealLocal:
+		return bad("Steal", int(c.Steal), "unknown")
+	case c.Backlog < 0 || c.Backlog > maxBacklog:
+		return bad("Backlog", c.Backlog, fmt.Sprintf("want 0 to %d (0: %d)", maxBacklog, defaultBacklog))
+	case c.EventBuffer < 0 || c.EventBuffer > maxEventBuffer:
+		return bad("EventBuffer", c.EventBuffer, fmt.Sprintf("want 0 to %d (0: %d)", maxEventBuffer, defaultEventBuffer))
+	case c.LaneSpin > maxSpin:
+		return bad("LaneSpin", c.LaneSpin, fmt.Sprintf("over %v", maxSpin))
+	case c.CallerSpin > maxSpin:
+		return bad("CallerSpin", c.CallerSpin, fmt.Sprintf("over %v", maxSpin))
+	case c.Liveness > 0 && c.Liveness < minLiveness:
+		return bad("Liveness", c.Liveness, fmt.Sprintf("under %v (negative: no watchdog)", minLiveness))
+	case c.LatencyWindow < 0:
+		return bad("LatencyWindow", c.LatencyWindow, "negative (0: none)")
+	case c.MaxCallsPerLane < 0:
+		return bad("MaxCallsPerLane", c.MaxCallsPerLane, "negative (0: never)")
+	case c.Payload.Inline != 0 && (c.Payload.Inline < 64 || c.Payload.Inline > fastpath.MaxInline || c.Payload.Inline%64 != 0):
+		return bad("Payload.Inline", c.Payload.Inline, fmt.Sprintf("want a multiple of 64 from 64 to %d", fastpath.MaxInline))
+	case c.Payload.Arena != 0 && (c.Payload.Arena < 64 || c.Payload.Arena > fastpath.MaxArena || c.Payload.Arena%64 != 0):
+		return bad("Payload.Arena", c.Payload.Arena, fmt.Sprintf("want a multiple of 64 from 64 to %d", fastpath.MaxArena))
+	case c.Payload.MaxCall < 0:
+		return bad("Payload.MaxCall", c.Payload.MaxCall, "negative (0: the arena size)")
+	case r.Type < Transient || r.Type > Temporary:
+		return bad("Restart.Type", int(r.Type), "unknown")
+	case r.Strategy < OneForOne || r.Strategy > RestForOne:
+		return bad("Restart.Strategy", int(r.Strategy), "unknown")
+	case r.OnIntensity < CrashLoop || r.OnIntensity > GiveUp:
+		return bad("Restart.OnIntensity", int(r.OnIntensity), "unknown")
+	case r.Period > maxDuration || r.Backoff.Max > maxDuration || r.Backoff.CrashLoopMax > maxDuration || r.Backoff.Reset > maxDuration || r.Backoff.Min > maxDuration:
+		return bad("Restart", "durations", fmt.Sprintf("a period or backoff over %v", maxDuration))
+	case c.Process.Spares > maxSpares:
+		return bad("Process.Spares", c.Process.Spares, fmt.Sprintf("over %d (negative: none)", maxSpares))
+	case c.Process.SharedMemory < Inherit || c.Process.SharedMemory > Named:
+		return bad("Process.SharedMemory", int(c.Process.SharedMemory), "unknown")
+	case c.Process.MaxLaneMemory < 0:
+		return bad("Process.MaxLaneMemory", c.Process.MaxLaneMemory, "negative (0: never)")
+	}
+	if err := c.Process.Limits.check(); err != nil {
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: "Config.Process.Limits: " + err.Error()}
+	}
+	if err := c.Process.Sandbox.lane().Check(); err != nil {
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: "Config.Process.Sandbox", Cause: err}
+	}
+	return nil
+}
+
+var balancerNames = [...]string{"least-loaded", "round-robin", "first-idle", "random", "first-idle-or-random"}
+
+func (b Balancer) String() string {
+	if b >= 0 && int(b) < len(balancerNames) {
+		return balancerNames[b]
+	}
+	return fmt.Sprintf("Balancer(%d)", int(b))
+}
+
+// The enums marshal as their names, so that JSON (the inspector's, a log's) carries
+// "ticket", not 2.
+
+// MarshalText names the balancer.
+func (b Balancer) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
+// MarshalText names the discipline.
+func (s Steal) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// MarshalText names the mode.
+func (m SharedMemoryMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// MarshalText names the mode.
+func (m CgroupMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// MarshalText names the restart type.
+func (t RestartType) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// MarshalText names the strategy.
+func (s Strategy) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// MarshalText names the action.
+func (a IntensityAction) MarshalText() ([]byte, error) { return []byte(a.String()), nil }

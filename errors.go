@@ -36,6 +36,12 @@ const (
 	// CodePoolUnavailable: no lane can take the call (the pool has failed, or every lane is
 	// in crash-loop backoff with Config.FailFast), or the pool could not start.
 	CodePoolUnavailable Code = "POOL_UNAVAILABLE"
+	// CodeInvalidArgument: the caller's mistake: a Config field out of its bounds, a nil
+	// pool, context or task, a size Resize cannot take. Retrying cannot help.
+	CodeInvalidArgument Code = "INVALID_ARGUMENT"
+	// CodeUnknownTask: the pool does not serve the task (it was not given to NewPool, or was
+	// defined after it).
+	CodeUnknownTask Code = "UNKNOWN_TASK"
 	// CodeCanceled: the caller's context was cancelled.
 	CodeCanceled Code = "CANCELED"
 	// CodeThreadClosed: the lane holding the call was stopped by the host (Close).
@@ -135,6 +141,8 @@ var (
 	ErrOverloaded          = sentinel(CodeOverloaded)
 	ErrUnsupportedType     = sentinel(CodeUnsupportedType)
 	ErrPoolUnavailable     = sentinel(CodePoolUnavailable)
+	ErrInvalidArgument     = sentinel(CodeInvalidArgument)
+	ErrUnknownTask         = sentinel(CodeUnknownTask)
 	ErrCanceled            = sentinel(CodeCanceled)
 	ErrThreadClosed        = sentinel(CodeThreadClosed)
 	ErrWorkerCrashed       = sentinel(CodeWorkerCrashed)

@@ -83,9 +83,20 @@ func (p *Pool) RecentEvents(seq uint64) (events []NumberedEvent, missed uint64) 
 // channel closed when the next one is added.
 func (p *Pool) LastEvent() (seq uint64, next <-chan struct{}) { return p.eventLog.last() }
 
-// Name names the pool within this process ("knit-pool-<pid>-<n>"): its supervisor actor
+// Name is Config.Name, or else "knit-pool-<pid>-<n>", unique within this process: it names
+// the pool in its logs (field "pool"), its metrics (attribute knit.pool) and the
+// inspector.
+func (p *Pool) Name() string {
+	if p.cfg.Name != "" {
+		return p.cfg.Name
+	}
+	return p.actorName()
+}
+
+// actorName names the pool's supervisor actor, unique within this process whatever
+// Config.Name says ("knit-pool-<pid>-<n>").
 // and its inspector go by it.
-func (p *Pool) Name() string { return fmt.Sprintf("knit-pool-%d-%d", os.Getpid(), p.id) }
+func (p *Pool) actorName() string { return fmt.Sprintf("knit-pool-%d-%d", os.Getpid(), p.id) }
 
 // Config returns the pool's configuration, with every default filled in.
 func (p *Pool) Config() Config { return p.cfg }

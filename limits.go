@@ -138,9 +138,6 @@ func (l Limits) check() error {
 // cgroup where it should and can, and the boot limits each lane applies to itself.
 func (p *Pool) openLimits() error {
 	l := p.cfg.Process.Limits
-	if err := l.check(); err != nil {
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits: " + err.Error()}
-	}
 	pl := &p.limits
 	pl.mechanism, pl.memory = LimitsRlimits, l.Memory
 	if l.Cgroup == CgroupRequired || (l.Cgroup == CgroupAuto && !l.zero()) {

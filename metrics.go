@@ -3,6 +3,7 @@ package knit
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,9 @@ type monitor struct {
 
 	mu     sync.Mutex   // guards the growth of totals
 	totals []*laneTotal // by lane slot, grown as lanes appear
+
+	// failures counts failed calls by code: knownCodes' order, then every other code.
+	failures [len(knownCodes) + 1]atomic.Uint64
 }
 
 // The monitor reads lane slots only through these two, so that it does not depend on how
@@ -61,11 +65,11 @@ type taskObs struct {
 
 // laneTotal is a lane slot's counters across incarnations.
 type laneTotal struct {
-	mu        sync.Mutex // orders folding an incarnation in against Stats
-	completed uint64     // by incarnations that have ended and been folded in
-	failed    uint64
-	live      []*lane // incarnations opened and not folded in yet: their counters still move
-	lastEnd   Code    // the code of the slot's last end (crash, exit, failed start)
+	mu        sync.Mutex    // orders folding an incarnation in against Stats
+	completed uint64        // by incarnations that have ended and been folded in
+	failed    atomic.Uint64 // calls that failed with an error naming the slot (monitor.Failed)
+	live      []*lane       // incarnations opened and not folded in yet: their counters still move
+	lastEnd   Code          // the code of the slot's last end (crash, exit, failed start)
 	crashes   atomic.Int64
 }
 
@@ -100,9 +104,7 @@ func (t *laneTotal) fold() {
 			kept = append(kept, l)
 			continue
 		}
-		c := l.Counters()
-		t.completed += c.Completed
-		t.failed += c.Failed
+		t.completed += l.Counters().Completed
 	}
 	clear(t.live[len(kept):])
 	t.live = kept
@@ -141,7 +143,11 @@ func (o *monitor) timed() bool { return o != nil && o.m != nil }
 // observe has r's settlement observed. It is on the call path.
 func observe[In, Out any](p *Pool, r *actors.Record[In, Out], task uint32) {
 	o := p.obs
-	if o == nil || !o.on {
+	if o == nil {
+		return
+	}
+	r.OnFail(o)
+	if !o.on {
 		return
 	}
 	r.Observe(o, int64(monoNow()))
@@ -155,12 +161,65 @@ func observe[In, Out any](p *Pool, r *actors.Record[In, Out], task uint32) {
 // rejected counts a call that failed before it had a record (the pool was closed, the
 // context had ended): started and finished at once, with no duration.
 func (o *monitor) rejected(task uint32, err error) {
-	if o == nil || o.m == nil || int(task) >= len(o.tasks) || o.tasks[task] == nil {
+	if o == nil {
+		return
+	}
+	o.Failed(task, err)
+	if o.m == nil || int(task) >= len(o.tasks) || o.tasks[task] == nil {
 		return
 	}
 	t := o.tasks[task]
 	t.attr.started.Add(1)
 	t.attr.outcome(err).n.Add(1)
+}
+
+// Failed implements actors.FailObserver: the pool's count of failed calls by code, and the
+// lane's whose end or task failed the call.
+func (o *monitor) Failed(_ uint32, err error) {
+	code, lane := codeOf(err)
+	i := slices.Index(knownCodes[:], code)
+	if i < 0 {
+		i = len(knownCodes)
+	}
+	o.failures[i].Add(1)
+	if lane >= 0 && lane < maxLanes {
+		o.total(lane).failed.Add(1)
+	}
+}
+
+// codeOf is the code of a call's error and the lane it names (-1: none).
+func codeOf(err error) (Code, int) {
+	if ke, ok := err.(*Error); ok {
+		return ke.Code, ke.Lane
+	}
+	if ke := (*Error)(nil); errors.As(err, &ke) {
+		return ke.Code, ke.Lane
+	}
+	if kc := coded(nil); errors.As(err, &kc) {
+		return Code(kc.KnitCode()), -1
+	}
+	return Code(outcomeOther), -1
+}
+
+// failureCounts is the count of failed calls by code, and their sum.
+func (o *monitor) failureCounts() (map[Code]uint64, uint64) {
+	if o == nil {
+		return nil, 0
+	}
+	out, total := map[Code]uint64{}, uint64(0)
+	for i := range o.failures {
+		n := o.failures[i].Load()
+		if n == 0 {
+			continue
+		}
+		code := Code(outcomeOther)
+		if i < len(knownCodes) {
+			code = knownCodes[i]
+		}
+		out[code] = n
+		total += n
+	}
+	return out, total
 }
 
 // Settled implements actors.Observer.
@@ -282,13 +341,12 @@ func (p *Pool) totalsOf(i int, ls *LaneStats) {
 	t := p.obs.total(i)
 	t.mu.Lock()
 	t.fold()
-	ls.TotalCompleted, ls.TotalFailed = t.completed, t.failed
+	ls.TotalCompleted = t.completed
 	for _, l := range t.live {
-		c := l.Counters()
-		ls.TotalCompleted += c.Completed
-		ls.TotalFailed += c.Failed
+		ls.TotalCompleted += l.Counters().Completed
 	}
 	t.mu.Unlock()
+	ls.TotalFailed = t.failed.Load()
 	ls.Crashes = int(t.crashes.Load())
 }
 
@@ -331,7 +389,7 @@ var durationBounds = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5
 
 func newMeters(p *Pool, o *monitor) (*meters, error) {
 	mt := p.cfg.MeterProvider.Meter(meterName)
-	m := &meters{pool: attribute.Int64("knit.pool", int64(p.id))}
+	m := &meters{pool: attribute.String("knit.pool", p.Name())}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := mt.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -494,9 +552,9 @@ func (t *taskAttrs) observe(ob metric.Observer, c metric.Int64ObservableCounter,
 // an *Error it returned) get theirs when first seen, up to maxCodes per task; beyond that
 // they count as "OTHER", so that no task can grow the instruments' cardinality without
 // bound.
-var knownCodes = []Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
-	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeCanceled, CodeThreadClosed,
-	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall}
+var knownCodes = [...]Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
+	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeInvalidArgument, CodeUnknownTask, CodeCanceled, CodeThreadClosed,
+	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall, CodeOutOfMemory, CodeCPULimit}
 
 const maxCodes = 64
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,26 +109,23 @@ func NewPool(cfg Config, tasks ...Definition) (*Pool, error) {
 // never on it).
 func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	if lifecycle.IsLane() {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1,
+		return nil, &Error{Code: CodeInvalidArgument, Lane: -1,
 			Message: "NewPool called inside a knit lane process: lanes never start pools (call knit.Main first in main)"}
 	}
 	if err := checkTasks(tasks); err != nil {
 		return nil, err
 	}
-	if cfg.Runtime < 0 || int(cfg.Runtime) >= len(runtimes) {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Runtime %d", int(cfg.Runtime))}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	rt := runtimes[cfg.Runtime]
 	cfg = cfg.withDefaults(rt.caps)
 	p := &Pool{cfg: cfg, caps: rt.caps, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
-	if cfg.Lanes > maxLanes {
-		return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("%d lanes: a pool has at most %d", cfg.Lanes, maxLanes)}
-	}
 	p.size.Store(int32(cfg.Lanes))
 	debug := logging.DebugFromEnv()
-	p.root = logging.New(cfg.Logger, debug)
+	p.root = logging.New(cfg.Logger, debug).With(zap.String("pool", p.Name()))
 	switch {
 	case cfg.Logger == nil:
 		p.laneDebug = debug.String()
@@ -211,7 +207,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	tree, err := supervisor.Start(supervisor.Config{
 		Lanes: cfg.Lanes, Policy: cfg.Restart.policy(), System: cfg.ActorSystem, Parent: cfg.Parent,
 		FailedMessage: func(pool *actor.PID, err error) any { return &PoolFailed{Pool: pool, Err: errorOf(err)} },
-		Name:          p.Name(),
+		Name:          p.actorName(),
 		Logger:        actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
 	}, host{p})
 	if err != nil {
@@ -472,7 +468,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		l := p.pick()
 		if l == nil {
 			if e := p.failed.Load(); e != nil {
-				return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+				return nil, &Error{Code: e.Code, Lane: -1, Task: c.Def.Name(), Message: e.Message, Cause: e.Cause}
 			}
 			changed := p.changes()
 			if p.closing.Load() {
@@ -543,7 +539,7 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 			return nil, errClosed
 		}
 		if e := p.failed.Load(); e != nil {
-			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(), Message: e.Message}
+			return nil, &Error{Code: e.Code, Lane: -1, Task: c.Def.Name(), Message: e.Message, Cause: e.Cause}
 		}
 		if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
 			return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
@@ -643,8 +639,12 @@ func (p *Pool) wakeReapers() {
 // Close stops taking calls (they fail with ErrPoolClosed), lets calls in flight finish
 // within ctx, then has the supervisor stop the lanes in reverse start order (no restarts
 // from then on). Calls still held when ctx ends or when a lane is stopped settle with
-// THREAD_CLOSED. Close is idempotent and safe to call from many goroutines; every call
-// returns the same error, which names lanes that did not acknowledge their stop request.
+// THREAD_CLOSED. A process lane that does not acknowledge its stop request within
+// Config.StopAckTimeout is sent SIGTERM, then SIGKILL after KillGrace, and logged at Warn.
+// Close returns nil once every call has settled and every lane has ended; it returns an
+// error only for what it could not end: goroutine lanes that did not acknowledge (a
+// goroutine cannot be killed; it is abandoned and may still run). Close is idempotent and
+// safe to call from many goroutines; every call returns the same error.
 func (p *Pool) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		defer close(p.closeDone)
@@ -677,16 +677,16 @@ func (p *Pool) Close(ctx context.Context) error {
 		p.stopObserving()
 		p.closeEvents()
 		if len(unacked) > 0 {
-			what := "abandoned"
+			// A process lane that did not acknowledge in time was killed: it has ended, and
+			// its calls settled, so Close succeeded (its closed event's reason says how it
+			// ended). A goroutine lane cannot be killed: abandoned, it may still run.
 			if p.caps.Remote {
-				what = "killed"
+				p.log.Warn("lanes did not acknowledge their stop request in time and were killed",
+					zap.Ints("lanes", unacked), zap.Duration("stop_ack_timeout", p.cfg.StopAckTimeout))
+			} else {
+				p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
+					Message: fmt.Sprintf("lanes %v did not acknowledge their stop request and were abandoned: their goroutines may still run", unacked)}
 			}
-			names := make([]string, len(unacked))
-			for i, l := range unacked {
-				names[i] = fmt.Sprint(l)
-			}
-			p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
-				Message: "lanes did not acknowledge their stop request and were " + what + ": " + strings.Join(names, ", ")}
 		}
 	})
 	<-p.closeDone

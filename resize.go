@@ -61,11 +61,13 @@ func (p *Pool) laneCount() int { return int(p.size.Load()) }
 func (p *Pool) Resize(ctx context.Context, n int) error {
 	switch {
 	case p == nil:
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "nil pool"}
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: "nil pool"}
 	case n < 1 || n > maxLanes:
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("cannot resize to %d lanes (1 to %d)", n, maxLanes)}
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: fmt.Sprintf("cannot resize to %d lanes (1 to %d)", n, maxLanes)}
+	case ctx == nil:
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: "nil context"}
 	case p.tree == nil:
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "an unsupervised pool cannot be resized"}
+		return &Error{Code: CodeInvalidArgument, Lane: -1, Message: "an unsupervised pool cannot be resized"}
 	}
 	p.resizeMu.Lock()
 	defer p.resizeMu.Unlock()

@@ -35,12 +35,15 @@ type LaneStats struct {
 
 // Stats describes a pool, as Pool.Stats returns it.
 type Stats struct {
-	Runtime       Runtime
-	Lanes         []LaneStats // every lane, in index order
-	Closed        bool        // Close has begun
-	Failed        bool        // the supervisor gave up every lane
-	DroppedEvents uint64      // events that found Events() full
-	Spares        []int       // process IDs of the spare lane processes waiting for a restart
+	Runtime Runtime
+	Lanes   []LaneStats // every lane, in index order
+	Closed  bool        // Close has begun
+	// Failed: the pool ended on its own — the supervisor gave up every lane, or its actor
+	// was stopped from outside — and Failure says why.
+	Failed        bool
+	Failure       string
+	DroppedEvents uint64 // events that found Events() full
+	Spares        []int  // process IDs of the spare lane processes waiting for a restart
 	// Limits is what enforces ProcessConfig.Limits: a cgroup per lane process (v1 or v2),
 	// or rlimits only; "" for goroutine lanes.
 	Limits LimitMechanism
@@ -52,12 +55,20 @@ type Stats struct {
 	// StealLocal, which has no ring).
 	Steal  Steal
 	Shared int
+	// Failures counts every call that failed since the pool started, by code, whatever
+	// failed it: its task, its lane's end, a timeout, its caller's context, a full backlog,
+	// a closed pool. TotalFailed is their sum.
+	Failures    map[Code]uint64
+	TotalFailed uint64
 }
 
 // Stats returns a snapshot of the pool's lanes.
 func (p *Pool) Stats() Stats {
-	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(), Failed: p.failed.Load() != nil,
+	s := Stats{Runtime: p.cfg.Runtime, Closed: p.closing.Load(),
 		DroppedEvents: p.dropped.Load(), Spares: p.spares.PIDs()}
+	if e := p.failed.Load(); e != nil {
+		s.Failed, s.Failure = true, e.Error()
+	}
 	s.Limits = p.limits.mechanism
 	for i := range p.laneCount() {
 		ls := LaneStats{Lane: i}
@@ -84,6 +95,7 @@ func (p *Pool) Stats() Stats {
 		s.Lanes = append(s.Lanes, ls)
 	}
 	s.Tasks = p.taskStats()
+	s.Failures, s.TotalFailed = p.obs.failureCounts()
 	s.Steal = StealOff
 	if sh := p.shared; sh != nil {
 		s.Steal, s.Shared = sh.mode, int(sh.inflight.Load())

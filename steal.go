@@ -90,13 +90,11 @@ func stealMode(cfg Config, caps lifecycle.Caps) (Steal, string) {
 // checkSteal refuses what an explicit discipline cannot do.
 func checkSteal(cfg Config, caps lifecycle.Caps) error {
 	switch {
-	case cfg.Steal < StealAuto || cfg.Steal > StealLocal:
-		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: fmt.Sprintf("unknown Config.Steal %d", int(cfg.Steal))}
 	case cfg.Steal == StealLocal && !caps.LocalSteal:
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodeInvalidArgument, Lane: -1,
 			Message: "StealLocal is for goroutine lanes (process lanes share a submit ring: StealTicket or StealDekker)"}
 	case cfg.Steal == StealDekker && (cfg.MaxCallsPerLane > 0 || cfg.Process.MaxLaneMemory > 0):
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodeInvalidArgument, Lane: -1,
 			Message: "StealDekker does not recycle lanes (its regions are sized for the lanes it starts with): use StealTicket"}
 	}
 	return nil
@@ -458,10 +456,10 @@ func (l *lane) pokeAborts() {
 func (s *shared) checkResize(n int) error {
 	switch {
 	case s.mode == StealDekker:
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodeInvalidArgument, Lane: -1,
 			Message: "a StealDekker pool cannot be resized (its regions are sized for the lanes it starts with)"}
 	case n > steal.MaxConsumers:
-		return &Error{Code: CodePoolUnavailable, Lane: -1,
+		return &Error{Code: CodeInvalidArgument, Lane: -1,
 			Message: fmt.Sprintf("%d lanes: a stealing pool has at most %d (Config.Steal: StealOff for more)", n, steal.MaxConsumers)}
 	}
 	return nil

@@ -62,13 +62,15 @@ type cborCodec[T any] struct {
 	// budget: payloads are measured against the decode budget before decoding, and
 	// encodings before they are sent (the peer would refuse them).
 	budget bool
+	// sized: values can hold strings, slices or maps, which AppendMax sizes first.
+	sized bool
 }
 
 func newCBORCodec[T any](t reflect.Type) cborCodec[T] {
 	return cborCodec[T]{typ: t.String(), times: newTimeCheck(t), rtype: t,
 		walk:   cborDepth(t) > cborMaxNestedLevels,
 		opaque: hasOpaque(t, map[reflect.Type]bool{}),
-		budget: budgeted(t)}
+		budget: budgeted(t), sized: holdsVariable(t, map[reflect.Type]bool{})}
 }
 
 func (cborCodec[T]) Name() string { return "cbor" }

@@ -358,6 +358,8 @@ type Record[In, Out any] struct {
 	// observer's clock).
 	obs   Observer
 	Begun int64
+	// fails, if set, is told when the call fails, whether or not obs times it.
+	fails FailObserver
 }
 
 // Record states. A record with no reference is free, whatever its state says.
@@ -458,6 +460,15 @@ func (r *Record[In, Out]) Observe(obs Observer, begun int64) {
 	r.obs, r.Begun = obs, begun
 }
 
+// OnFail has f told if the call fails.
+func (r *Record[In, Out]) OnFail(f FailObserver) { r.fails = f }
+
+// FailObserver is told of every call that fails (a pool's Stats): its task's registry index
+// and its error. It must not block.
+type FailObserver interface {
+	Failed(task uint32, err error)
+}
+
 // Observer is told of every call that settles (a pool's metrics): its task's registry index,
 // its error (nil: it succeeded), when it was submitted and how long it ran on its lane in
 // nanoseconds (0: unknown; a lane's report: hostile). It must not block or allocate.
@@ -509,6 +520,9 @@ func (r *Record[In, Out]) finished(out Out, err error, ran uint64) {
 	r.Out, r.Err = out, err
 	if r.obs != nil { // before the caller wakes: the record is not reused until then
 		r.obs.Settled(r.table.task, err, r.Begun, ran)
+	}
+	if err != nil && r.fails != nil {
+		r.fails.Failed(r.table.task, err)
 	}
 	r.settled()
 }
@@ -649,7 +663,7 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 	}
 	var zeroIn In
 	var zeroOut Out
-	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut, r.obs = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil, nil
+	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut, r.obs, r.fails = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil, nil, nil
 	r.Hard = time.Time{}
 	if cap(r.Enc) > maxKeptEncoding {
 		r.Enc = nil

@@ -40,7 +40,9 @@ type Host interface {
 	StartLane(lane, inc int) (Worker, error)
 	// Event reports a transition. Events of one tree are reported one at a time, in order.
 	Event(Event)
-	// Failed reports that the supervisor gave up: no lane is left.
+	// Failed reports that the supervisor gave up: no lane is left. It is also called, with
+	// an ErrStoppedOutside error, when the pool actor was stopped by someone else than
+	// Close: the tree stops every lane and restarts none.
 	Failed(err error)
 }
 
@@ -108,7 +110,19 @@ type Tree struct {
 	// work counts the goroutines that outlive a lane actor's message: replacements booting
 	// and recycled workers finishing their calls. Close waits for them.
 	work sync.WaitGroup
+	// outside is set when the pool actor was stopped by someone else than Close
+	// (Root.Stop or Poison of its PID): the lane actors stop their workers as they stop.
+	outside atomic.Bool
+	gone    chan struct{} // closed when it is
+	// hurryOnce closes hurry.
+	hurryOnce sync.Once
 }
+
+func (t *Tree) hurryUp() { t.hurryOnce.Do(func() { close(t.hurry) }) }
+
+// ErrStoppedOutside is the cause of the pool's end when its actor was stopped from outside
+// the pool (Root.Stop or Poison of Pool.PID) rather than by Close.
+var ErrStoppedOutside = errors.New("supervisor: the pool actor was stopped from outside (not by Close)")
 
 // laneInfo is what outlives a lane's incarnations.
 type laneInfo struct {
@@ -119,6 +133,11 @@ type laneInfo struct {
 	state       State
 	incarnation int
 	restarts    int
+	// started is the worker a boot started whose booted message the lane actor may not
+	// have taken yet (under mu): if the tree is stopped from outside meanwhile, whoever
+	// sees the other's mark stops it.
+	started Worker
+	outside bool // under mu: the tree was stopped from outside
 
 	gen  atomic.Int64 // bumped by the pool actor at every restart it orders
 	boot atomic.Int64 // the generation the pool actor has let boot (its backoff is over)
@@ -216,7 +235,7 @@ func Start(cfg Config, h Host) (*Tree, error) {
 		cfg.Clock = realClock{}
 	}
 	t := &Tree{cfg: cfg, host: h, sys: cfg.System, booted: make(chan error, 1),
-		hurry: make(chan struct{}), stopped: make(chan struct{})}
+		hurry: make(chan struct{}), stopped: make(chan struct{}), gone: make(chan struct{})}
 	if t.sys == nil {
 		// protoactor starts a goroutine per dead-letter burst that lives for the throttle
 		// interval (1 s by default); keep it short so none outlives Close for long.
@@ -319,11 +338,16 @@ func (t *Tree) AllBackingOff() bool {
 // actors. It returns the lanes that did not acknowledge their stop request. Idempotent.
 func (t *Tree) Close() (unacked []int) {
 	t.closed.Do(func() {
-		close(t.hurry)
-		done := make(chan []int, 1)
-		t.sys.Root.Send(t.pid, &closeTree{done: done})
-		t.unack = <-done
-		_ = t.sys.Root.StopFuture(t.pid).Wait()
+		t.hurryUp()
+		if !t.outside.Load() {
+			done := make(chan []int, 1)
+			t.sys.Root.Send(t.pid, &closeTree{done: done})
+			select {
+			case t.unack = <-done:
+				_ = t.sys.Root.StopFuture(t.pid).Wait()
+			case <-t.gone: // stopped from outside meanwhile: its lane actors stop their workers
+			}
+		}
 		t.work.Wait()
 		if t.own {
 			t.sys.Shutdown()
@@ -532,9 +556,12 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		if d, ok := a.ln.take(Restarting, CrashLoopBackoff); ok {
 			a.record(d.to, "", d.reason, d.delay)
 		}
-	case *actor.Stopping: // given up (dead), or the tree is closing
+	case *actor.Stopping: // given up (dead), the tree is closing, or stopped from outside
 		if d, ok := a.ln.take(Dead); ok {
 			a.record(Dead, "", d.reason, 0)
+		}
+		if a.t.outside.Load() {
+			a.stopOutside()
 		}
 	case *booted:
 		a.booted(ctx, m)
@@ -625,8 +652,19 @@ func (a *laneActor) boot(ctx actor.Context) {
 	}
 	a.record(Booting, "", reason, 0)
 	self, root, host, idx, inc := ctx.Self(), ctx.ActorSystem().Root, a.t.host, a.ln.idx, a.inc
+	ln := a.ln
 	go func() {
 		w, err := host.StartLane(idx, inc)
+		ln.mu.Lock()
+		if ln.outside { // the lane actor has stopped: nobody takes the message
+			ln.mu.Unlock()
+			if w != nil {
+				w.Stop()
+			}
+			return
+		}
+		ln.started = w
+		ln.mu.Unlock()
 		root.Send(self, &booted{w: w, err: err})
 	}()
 }
@@ -646,6 +684,9 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 		}
 		return
 	}
+	a.ln.mu.Lock()
+	a.ln.started = nil
+	a.ln.mu.Unlock()
 	a.w, a.phase = m.w, phaseUp
 	m.w.Open() // first: whoever reacts to the ready event finds the lane taking calls
 	a.record(Ready, "", "", 0)
@@ -661,10 +702,12 @@ func (a *laneActor) booted(ctx actor.Context, m *booted) {
 
 // watch tells the actor when w has ended.
 func (a *laneActor) watch(ctx actor.Context, w Worker) {
-	self, root := ctx.Self(), ctx.ActorSystem().Root
+	self, root, t := ctx.Self(), ctx.ActorSystem().Root, a.t
 	go func() {
 		<-w.Ended()
-		root.Send(self, &ended{w: w})
+		if !t.outside.Load() { // else the actor has stopped: nobody takes the message
+			root.Send(self, &ended{w: w})
+		}
 	}()
 }
 
@@ -834,6 +877,16 @@ type poolActor struct {
 func (p *poolActor) Receive(ctx actor.Context) {
 	t := p.t
 	switch m := ctx.Message().(type) {
+	case *actor.Stopping:
+		// Close stops the actor once its protocol has answered (p.done is nil again); any
+		// other stop is an application's Root.Stop or Poison of the pool's actor.
+		if !p.closing || p.done != nil {
+			if p.done != nil {
+				p.done <- p.unacked
+				p.done = nil
+			}
+			t.stoppedOutside()
+		}
 	case *actor.Started:
 		p.self = ctx.Self()
 		for _, ln := range t.lanes {
@@ -1155,4 +1208,39 @@ func (p *poolActor) shrunk() {
 	p.resized <- nil
 	p.resized = nil
 	p.checkFailed()
+}
+
+// stoppedOutside begins the end of a tree whose pool actor was stopped by someone else than
+// Close: nothing restarts from now on, calls are refused (the host is told, as when every
+// lane is given up), retiring lanes stop waiting for their calls, and each lane actor stops
+// its worker as it stops (stopOutside). It runs in the pool actor, before its children
+// stop.
+func (t *Tree) stoppedOutside() {
+	t.outside.Store(true)
+	close(t.gone)
+	t.hurryUp()
+	t.host.Failed(&lifecycle.Error{Code: lifecycle.CodePoolClosed, Lane: -1, Message: "the pool's supervisor actor was stopped from outside the pool", Cause: ErrStoppedOutside})
+}
+
+// stopOutside stops the lane's worker, and one a boot has started and not handed over,
+// when the tree was stopped from outside: its calls settle as at Close, and a process
+// lane's process ends.
+func (a *laneActor) stopOutside() {
+	ln := a.ln
+	ln.mu.Lock()
+	ln.outside = true
+	pending := ln.started
+	ln.started = nil
+	ln.mu.Unlock()
+	for _, w := range []Worker{a.w, pending} {
+		if w == nil || (w == a.w && a.phase != phaseUp && a.phase != phaseStopping) {
+			continue
+		}
+		a.t.work.Add(1)
+		go func() {
+			defer a.t.work.Done()
+			w.Stop()
+		}()
+	}
+	a.record(Closed, lifecycle.CodeThreadClosed, "the pool's supervisor actor was stopped from outside the pool", 0)
 }

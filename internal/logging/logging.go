@@ -190,11 +190,15 @@ func NewCore(w io.Writer, debug Namespaces) zapcore.Core {
 
 // New returns knit's root logger, named "knit". With a nil base it writes to stderr through
 // NewCore (Info and above, Debug for the namespaces in debug). A non-nil base (Config.Logger)
-// decides levels and destination itself; it is only named.
+// decides levels and destination itself; it is only named, unless its name ends in "knit"
+// already (logger.Named("knit") stays knit, not knit.knit).
 //
 // Log through New(...).Named(ns) with ns one of the namespace constants.
 func New(base *zap.Logger, debug Namespaces) *zap.Logger {
 	if base != nil {
+		if n := base.Name(); n == Root || strings.HasSuffix(n, "."+Root) {
+			return base
+		}
 		return base.Named(Root)
 	}
 	return zap.New(NewCore(os.Stderr, debug)).Named(Root)
