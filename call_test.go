@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -378,3 +379,32 @@ func TestProcessFutureBurstsBeyondRingsNoWatchdog(t *testing.T) {
 		}
 	}
 }
+
+// TestPayloadRefusedBeforeEncoding: an input over the limit is refused with
+// PAYLOAD_TOO_LARGE before it is encoded — a 100 MB []byte, string or struct field costs
+// the host no copy of it — where its size is known cheaply.
+func TestPayloadRefusedBeforeEncoding(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet()}, echo, blobLen, strLen)
+	big := make([]byte, 100<<20)
+	calls := map[string]func() error{
+		"[]byte": func() error { return errOf(echo.Call(context.Background(), p, big)) },
+		"string": func() error { return errOf(strLen.Call(context.Background(), p, unsafeString(big))) },
+		"struct": func() error { return errOf(blobLen.Call(context.Background(), p, blob{Name: "x", Data: big})) },
+	}
+	for name, call := range calls {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := call()
+		runtime.ReadMemStats(&after)
+		wantCode(t, name, err, knit.CodePayloadTooLarge)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+			t.Errorf("%s: refusing it allocated %d MiB", name, grew>>20)
+		}
+	}
+	if n, err := blobLen.Call(context.Background(), p, blob{Data: big[:1000]}); err != nil || n != 1000 {
+		t.Fatalf("a small blob: %d, %v", n, err)
+	}
+}
+
+// unsafeString views b as a string without a copy (the test's own 100 MB must not count).
+func unsafeString(b []byte) string { return unsafe.String(&b[0], len(b)) }

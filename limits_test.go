@@ -247,7 +247,7 @@ func TestLimitsCgroupsRemoved(t *testing.T) {
 func TestLimitsRefused(t *testing.T) {
 	for _, l := range []knit.Limits{{Memory: -1}, {CPUTime: -time.Second}, {CPUs: -1}, {CPUs: 0.001}, {OpenFiles: -1}, {Processes: -2}, {Cgroup: 7}} {
 		_, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Process: knit.ProcessConfig{Limits: l}}, add)
-		if !errors.Is(err, knit.ErrPoolUnavailable) || !strings.Contains(err.Error(), "Limits") {
+		if !errors.Is(err, knit.ErrInvalidArgument) || !strings.Contains(err.Error(), "Limits") {
 			t.Errorf("%+v: %v", l, err)
 		}
 	}

@@ -155,8 +155,11 @@ func TestMetricsCountCallsCrashesAndRestarts(t *testing.T) {
 			s := p.Stats()
 			l := s.Lanes[0]
 			if l.Incarnation != 1 || l.Restarts != 1 || l.Crashes != 1 || l.Completed != after || l.Failed != 0 ||
-				l.TotalCompleted != calls+futures+after || l.TotalFailed != failures {
+				l.TotalCompleted != calls+futures+after || l.TotalFailed != failures+1 { // and the crashed call
 				t.Errorf("lane stats %+v", l)
+			}
+			if s.TotalFailed != failures+1 || s.Failures[knit.CodeTaskError] != failures || s.Failures[knit.CodeWorkerCrashed] != 1 {
+				t.Errorf("pool failures %d %v, want %d TASK_ERROR and 1 WORKER_CRASHED", s.TotalFailed, s.Failures, failures)
 			}
 			var addStats *knit.TaskStats
 			for i := range s.Tasks {

@@ -343,6 +343,10 @@ func (h host) Failed(err error) {
 		e = &Error{Code: CodePoolUnavailable, Lane: -1, Cause: err}
 	}
 	h.p.failed.Store(e)
+	if e.Code == CodePoolClosed { // stopped from outside: closed to calls from now on
+		h.p.closing.Store(true)
+		h.p.wakeReapers()
+	}
 	if h.p.shared != nil { // no lane will claim what is on the shared ring
 		h.p.shared.close(e)
 	}
@@ -463,7 +467,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 	}
 	for {
 		if p.closing.Load() {
-			return nil, errClosed
+			return nil, p.closedError()
 		}
 		l := p.pick()
 		if l == nil {
@@ -474,7 +478,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 			if p.closing.Load() {
 				// Close may have begun (and stopped every lane) since the check above: its
 				// signal came before this changed, so nothing else would wake us.
-				return nil, errClosed
+				return nil, p.closedError()
 			}
 			if l = p.pick(); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
@@ -536,7 +540,7 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 	s := p.shared
 	for {
 		if p.closing.Load() {
-			return nil, errClosed
+			return nil, p.closedError()
 		}
 		if e := p.failed.Load(); e != nil {
 			return nil, &Error{Code: e.Code, Lane: -1, Task: c.Def.Name(), Message: e.Message, Cause: e.Cause}
@@ -558,7 +562,7 @@ func (p *Pool) dispatchShared(ctx context.Context, c actors.Call) (home, error) 
 			return s, nil
 		}
 		if err == errClosed {
-			return nil, errClosed
+			return nil, p.closedError()
 		}
 		if err := p.full(ctx, c, err, -1); err != nil {
 			return nil, err
@@ -591,6 +595,14 @@ func (p *Pool) requeue(r actors.Retry) bool {
 }
 
 var errClosed = &Error{Code: CodePoolClosed, Lane: -1, Message: "pool is closed"}
+
+// closedError is why a closed pool refuses a call: Close, or its end (Stats.Failure).
+func (p *Pool) closedError() error {
+	if e := p.failed.Load(); e != nil && e.Code == CodePoolClosed {
+		return e
+	}
+	return errClosed
+}
 
 // ctxError is the error of a call whose caller's context ended.
 func ctxError(ctx context.Context, d actors.Def) error {

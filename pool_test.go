@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/knitgo/knit"
 )
 
@@ -163,12 +164,12 @@ func TestBalancers(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	if _, err := knit.NewPool(knit.Config{}); err == nil {
-		t.Error("NewPool with no tasks succeeded")
+	if _, err := knit.NewPool(knit.Config{}); !errors.Is(err, knit.ErrInvalidArgument) {
+		t.Errorf("NewPool with no tasks: %v, want INVALID_ARGUMENT", err)
 	}
 	p := newPool(t, knit.Config{Lanes: 1})
-	if _, err := unserved.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrPoolUnavailable) {
-		t.Errorf("task not in the pool: %v", err)
+	if _, err := unserved.Call(context.Background(), p, 1); !errors.Is(err, knit.ErrUnknownTask) {
+		t.Errorf("task not in the pool: %v, want UNKNOWN_TASK", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -192,7 +193,7 @@ func TestNewPoolNilTask(t *testing.T) {
 		"zero Task": {&knit.Task[int, int]{}},
 	} {
 		_, err := knit.NewPool(knit.Config{Lanes: 1}, tasks...)
-		wantCode(t, name, err, knit.CodePoolUnavailable)
+		wantCode(t, name, err, knit.CodeInvalidArgument)
 		if !strings.Contains(err.Error(), "nil") {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -414,5 +415,81 @@ func TestLaneDebugFollowsHostLogger(t *testing.T) {
 				t.Errorf("lanes get KNIT_DEBUG=%q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A logger the application named knit already gives knit.lifecycle, not knit.knit.lifecycle,
+// and every entry names the pool (Config.Name).
+func TestLoggerNames(t *testing.T) {
+	for _, base := range []string{"", "knit", "app.knit", "app"} {
+		core, logs := observer.New(zapcore.DebugLevel)
+		logger := zap.New(core)
+		if base != "" {
+			logger = logger.Named(base)
+		}
+		p, err := knit.NewPool(knit.Config{Name: "thumbs", Lanes: 1, Logger: logger}, add)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Close(context.Background())
+		want := "knit.lifecycle"
+		if base != "" && base != "knit" && base != "app.knit" {
+			want = base + ".knit.lifecycle"
+		} else if base == "app.knit" {
+			want = "app.knit.lifecycle"
+		}
+		var names []string
+		for _, e := range logs.All() {
+			if e.LoggerName == want && e.ContextMap()["pool"] == "thumbs" {
+				return
+			}
+			names = append(names, e.LoggerName)
+		}
+		t.Errorf("logger %q: no entry from %s naming pool thumbs; names %v", base, want, names)
+	}
+}
+
+// TestStoppedFromOutside: after an application stops or poisons the pool's actor
+// (Pool.PID, in its own ActorSystem), calls fail with POOL_CLOSED, Stats says why, every
+// lane process ends, and Close returns at once.
+func TestStoppedFromOutside(t *testing.T) {
+	for _, poison := range []bool{false, true} {
+		sys := actor.NewActorSystem()
+		ev := newRecorder()
+		p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, ActorSystem: sys, Logger: quiet(), OnEvent: ev.record}, add, sleepy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := sleepy.Go(context.Background(), p, 0) // never finishes on its own
+		var pids []int
+		for _, l := range p.Stats().Lanes {
+			pids = append(pids, l.PID)
+		}
+		if poison {
+			sys.Root.Poison(p.PID())
+		} else {
+			sys.Root.Stop(p.PID())
+		}
+		for lane := range 2 {
+			ev.await(t, fmt.Sprintf("lane %d closed", lane), func(e knit.Event) bool { return e.Lane == lane && e.To == knit.StateClosed })
+		}
+		if _, err := add.Call(context.Background(), p, [2]int64{1, 2}); !errors.Is(err, knit.ErrPoolClosed) {
+			t.Errorf("a call after the stop: %v, want POOL_CLOSED", err)
+		}
+		if _, err := held.Wait(); !errors.Is(err, knit.ErrThreadClosed) {
+			t.Errorf("the held call: %v, want THREAD_CLOSED", err)
+		}
+		if s := p.Stats(); !s.Failed || !strings.Contains(s.Failure, "stopped from outside") {
+			t.Errorf("Stats: Failed %v, Failure %q", s.Failed, s.Failure)
+		}
+		if err := p.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		for _, pid := range pids {
+			if syscall.Kill(pid, 0) == nil {
+				t.Errorf("lane process %d outlived Close", pid)
+			}
+		}
+		sys.Shutdown()
 	}
 }

@@ -121,8 +121,10 @@ func matrixCase(t *testing.T, how string, code knit.Code, restart bool, typ knit
 	case "clean close":
 		now, stop := context.WithCancel(context.Background())
 		stop() // no drain: the held calls never finish
-		if err := p.Close(now); err == nil {
-			t.Error("Close with calls that never finish should name the lanes it killed")
+		// The held calls settle THREAD_CLOSED as their lanes stop (killed if need be):
+		// everything ended, so Close succeeds.
+		if err := p.Close(now); err != nil {
+			t.Errorf("Close: %v, want nil: every lane ended and every call settled", err)
 		}
 	case "SIGKILL", "startup failure":
 		if how == "startup failure" {
@@ -224,8 +226,8 @@ func TestLaneIgnoringStopIsKilledAndClosed(t *testing.T) {
 	now, stop := context.WithCancel(context.Background())
 	stop()
 	err = p.Close(now)
-	if !errors.Is(err, knit.ErrThreadClosed) || !strings.Contains(err.Error(), "killed: 0") {
-		t.Errorf("Close: %v, want THREAD_CLOSED naming lane 0 as killed", err)
+	if err != nil {
+		t.Errorf("Close: %v, want nil: the lane was killed, so it ended, and its call settled", err)
 	}
 	if _, err := f.Wait(); !errors.Is(err, knit.ErrThreadClosed) || !strings.Contains(err.Error(), "SIGKILL") {
 		t.Errorf("held call: %v, want THREAD_CLOSED after SIGKILL", err)

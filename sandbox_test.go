@@ -235,8 +235,8 @@ func TestSandboxRequiredFails(t *testing.T) {
 		Process: knit.ProcessConfig{Sandbox: knit.Sandbox{
 			Landlock: knit.Landlock{Mode: knit.SandboxRequired, Writable: []string{"relative"}},
 		}}}, sandboxTasks...)
-	if !errors.Is(err, knit.ErrPoolUnavailable) || !strings.Contains(err.Error(), "not absolute") {
-		t.Fatalf("err = %v, want POOL_UNAVAILABLE for a relative path", err)
+	if !errors.Is(err, knit.ErrInvalidArgument) || !strings.Contains(err.Error(), "not absolute") {
+		t.Fatalf("err = %v, want INVALID_ARGUMENT for a relative path", err)
 	}
 }
 

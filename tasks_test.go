@@ -1205,3 +1205,14 @@ var supLaneTimesTask = knit.Define("bench.sup.lanetimes", func(context.Context, 
 // binary's package initialisation, give or take the packages initialised after it. (It is
 // the last variable of the package's last file: the others are initialised before it.)
 var supLaneInit = time.Now()
+
+// Careless callers (config_test.go, call_test.go): inputs too large to send.
+type blob struct {
+	Name string
+	Data []byte
+}
+
+var (
+	blobLen = knit.Define("test.blob.len", func(_ context.Context, b blob) (int, error) { return len(b.Data), nil })
+	strLen  = knit.Define("test.str.len", func(_ context.Context, s string) (int, error) { return len(s), nil })
+)
