@@ -166,11 +166,11 @@ func BenchmarkRestart(b *testing.B) {
 }
 
 // BenchmarkRestartTrace: BenchmarkRestart with KNIT_DEBUG=lifecycle and a logger that keeps
-// the host's "lane spawned" and the lane's "lane booting" / "lane ready" entries, plus a task
+// the host's "lane process started" and the lane's "lane booting" / "lane ready" entries, plus a task
 // that returns when the lane's test binary initialised this package. It splits Booting →
 // Ready (all wall-clock, one machine):
 //
-//	boot-spawn-p50-ms   Booting event → "lane spawned": region and eventfd, then fork and
+//	boot-spawn-p50-ms   Booting event → "lane process started": region and eventfd, then fork and
 //	                    exec (spares=0) or the assignment message to a spare (spares=1)
 //	spawn-main-p50-ms   → the lane logged "lane booting" in Serve: spares=0, the Go runtime
 //	                    and package init of the test binary, then TestMain → knit.Main;
@@ -263,7 +263,7 @@ func (t *supTrace) Sync() error                       { return nil }
 
 func (t *supTrace) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
 	switch e.Message {
-	case "lane spawned", "lane booting", "lane ready":
+	case "lane process started", "lane booting", "lane ready":
 		return ce.AddCore(e, t)
 	}
 	return ce
@@ -473,7 +473,7 @@ func supTraceIteration(b *testing.B, p *knit.Pool, tr *supTrace, samples *supSam
 			b.Fatal(err)
 		}
 	}
-	spawned := tr.await(b, "lane spawned", k, inc, false)
+	spawned := tr.await(b, "lane process started", k, inc, false)
 	laneBooting := tr.await(b, "lane booting", k, inc, true)
 	laneReady := tr.await(b, "lane ready", k, inc, true)
 	// Wall clock throughout: the lane's entries are times since the host's epoch (UnixNano).
