@@ -11,7 +11,8 @@ import (
 )
 
 // Code classifies an Error. Codes are stable strings, the same on every lane and in logs,
-// metrics and events.
+// metrics and events. docs/architecture.md, "Error codes", says when each is returned and
+// what a service should answer for it (retry, a 4xx, a 5xx).
 type Code string
 
 // Codes.
