@@ -142,3 +142,17 @@ func ExamplePool_Resize() {
 	// 4 lanes
 	// 1 lane: 5 <nil>
 }
+
+// Map runs a task over a slice, across the pool's lanes, and returns the results in order;
+// a *MapError names each element that failed.
+func ExampleTask_Map() {
+	p, err := knit.NewPool(knit.Config{Lanes: 2}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close(context.Background())
+	pairs := [][2]int64{{1, 2}, {3, 4}, {5, 6}}
+	sums, err := exampleAdd.Map(context.Background(), p, pairs)
+	fmt.Println(sums, err)
+	// Output: [3 7 11] <nil>
+}

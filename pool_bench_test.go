@@ -454,6 +454,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 //	Default/{goroutine,process}/window/lanes=N      one goroutine keeps 1024 futures in flight:
 //	                                                wait for the oldest, start one more
 //	Default/{goroutine,process}/goroutines/lanes=N  1024 goroutines each calling Task.Call
+//	Default/{goroutine,process}/map/lanes=N         one Task.Map over b.N inputs
 //
 // The peer comparison (channels, unix sockets) lives in bench/.
 func BenchmarkDefault(b *testing.B) {
@@ -464,6 +465,7 @@ func BenchmarkDefault(b *testing.B) {
 			b.Run(name("call"), func(b *testing.B) { benchDefaultCall(b, cfg) })
 			b.Run(name("window"), func(b *testing.B) { benchDefaultWindow(b, cfg) })
 			b.Run(name("goroutines"), func(b *testing.B) { benchDefaultGoroutines(b, cfg) })
+			b.Run(name("map"), func(b *testing.B) { benchDefaultMap(b, cfg) })
 		}
 	}
 }
@@ -533,5 +535,26 @@ func benchDefaultGoroutines(b *testing.B, cfg knit.Config) {
 			}
 		}
 	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+func benchDefaultMap(b *testing.B, cfg knit.Config) {
+	p := defaultPool(b, cfg)
+	in := make([]int64, b.N)
+	for i := range in {
+		in[i] = int64(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	out, err := benchInt.Map(context.Background(), p, in)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, v := range out {
+		if v != int64(i)+1 {
+			b.Fatalf("out[%d] = %d", i, v)
+		}
+	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }

@@ -1216,3 +1216,21 @@ var (
 	blobLen = knit.Define("test.blob.len", func(_ context.Context, b blob) (int, error) { return len(b.Data), nil })
 	strLen  = knit.Define("test.str.len", func(_ context.Context, s string) (int, error) { return len(s), nil })
 )
+
+// Map (map_test.go): squares; an error for a negative input; mapCrash (process lanes only)
+// crashes its lane for input 13.
+var (
+	mapSquare = knit.Define("test.map.square", func(_ context.Context, x int) (int, error) {
+		if x < 0 {
+			return 0, fmt.Errorf("negative %d", x)
+		}
+		return x * x, nil
+	})
+	mapCrash = knit.Define("test.map.crash", func(_ context.Context, x int) (int, error) {
+		if x == 13 {
+			go panic("crash the lane") // a goroutine's panic ends the process
+			select {}
+		}
+		return x * x, nil
+	})
+)

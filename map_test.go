@@ -1,0 +1,136 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/knitgo/knit"
+)
+
+func TestMapInOrder(t *testing.T) {
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		p, err := knit.NewPool(knit.Config{Runtime: rt, Lanes: 2, Logger: quiet()}, mapSquare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make([]int, 5000) // more than Map's window and a task's records
+		for i := range in {
+			in[i] = i
+		}
+		out, err := mapSquare.Map(context.Background(), p, in)
+		if err != nil {
+			t.Fatalf("%v: %v", rt, err)
+		}
+		for i, v := range out {
+			if v != i*i {
+				t.Fatalf("%v: out[%d] = %d", rt, i, v)
+			}
+		}
+		if out, err := mapSquare.Map(context.Background(), p, nil); err != nil || len(out) != 0 {
+			t.Errorf("%v: empty input: %v, %v", rt, out, err)
+		}
+		_ = p.Close(context.Background())
+	}
+}
+
+// A Map whose elements partly fail returns every result that succeeded and a *MapError
+// naming each element that failed; errors.Is sees their codes.
+func TestMapReportsEveryFailure(t *testing.T) {
+	p, err := knit.NewPool(knit.Config{Lanes: 2}, mapSquare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	in := []int{1, -2, 3, -4, 5}
+	out, err := mapSquare.Map(context.Background(), p, in)
+	var me *knit.MapError
+	if !errors.As(err, &me) || len(me.Failed) != 2 || me.Failed[0].Index != 1 || me.Failed[1].Index != 3 || me.Calls != 5 {
+		t.Fatalf("err = %#v", err)
+	}
+	if !errors.Is(err, knit.ErrTaskError) || errors.Is(err, knit.ErrWorkerCrashed) {
+		t.Errorf("errors.Is: %v", err)
+	}
+	if out[0] != 1 || out[2] != 9 || out[4] != 25 || out[1] != 0 {
+		t.Errorf("out = %v", out)
+	}
+}
+
+// On process lanes, an element that crashes its lane fails with WORKER_CRASHED; the calls
+// the lane held that had not started run elsewhere, so every other element succeeds.
+func TestMapLaneCrash(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, mapCrash)
+	in := make([]int, 200)
+	for i := range in {
+		in[i] = i
+	}
+	out, err := mapCrash.Map(context.Background(), p, in)
+	var me *knit.MapError
+	if !errors.As(err, &me) || !errors.Is(err, knit.ErrWorkerCrashed) {
+		t.Fatalf("err = %v, want a MapError with WORKER_CRASHED", err)
+	}
+	crashed := map[int]bool{}
+	for _, f := range me.Failed {
+		if f.Err.Code == knit.CodeWorkerCrashed && f.Err.Started {
+			crashed[f.Index] = true
+		}
+	}
+	if !crashed[13] {
+		t.Errorf("element 13 did not fail with a started WORKER_CRASHED: %v", me.Failed)
+	}
+	for i, v := range out {
+		if v != i*i && !crashed[i] {
+			t.Errorf("out[%d] = %d", i, v)
+		}
+	}
+}
+
+// A cancelled context fails the elements not started yet; none is lost.
+func TestMapCancelled(t *testing.T) {
+	p := newPool(t, knit.Config{Lanes: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	g := newGate()
+	in := make([]*gate, 3000)
+	for i := range in {
+		in[i] = g
+	}
+	go func() {
+		<-g.started // the first element runs and blocks: the rest wait behind it
+		cancel()
+		close(g.open)
+	}()
+	_, err := block.Map(ctx, p, in)
+	var me *knit.MapError
+	if !errors.As(err, &me) || !errors.Is(err, knit.ErrCanceled) || len(me.Failed) == 0 {
+		t.Fatalf("err = %v", err)
+	}
+	for _, f := range me.Failed {
+		if f.Err.Code != knit.CodeCanceled {
+			t.Errorf("element %d: %v", f.Index, f.Err)
+		}
+	}
+	if _, err := mapSquare.Map(ctx, nil, []int{1}); !errors.Is(err, knit.ErrInvalidArgument) {
+		t.Errorf("nil pool: %v", err)
+	}
+}
+
+// On goroutine lanes a Map allocates per Map, not per element.
+func TestMapDoesNotAllocatePerElement(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("coverage and the race detector change allocation counts (CI runs this without them)")
+	}
+	p, err := knit.NewPool(knit.Config{Lanes: 2}, mapSquare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	in := make([]int, 1000)
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := mapSquare.Map(context.Background(), p, in); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 4 {
+		t.Errorf("%.0f allocations for a Map of %d", allocs, len(in))
+	}
+}
