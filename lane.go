@@ -34,6 +34,9 @@ type lane struct {
 	// lanes, or StealLocal): its callers push their records onto it, and it runs and
 	// settles them by reference (actors.LocalLane).
 	local *actors.LocalLane
+	// diedRunning: a call was running on the incarnation when it ended (Settle), which
+	// the supervisor blames on the call (supervisor.End.Running).
+	diedRunning atomic.Bool
 
 	wake     *fastpath.Wake
 	laneBell fastpath.Bell
@@ -520,12 +523,15 @@ func (l *lane) Settle(le *lifecycle.Error, release bool) {
 		end.Local = true
 		if release { // the lane goroutine has ended: what it ran last is no longer written
 			end.Running = x.Running()
+			l.diedRunning.Store(end.Running != nil)
 		}
 	} else {
 		l.ring.Fence(release)
 		l.DebugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
 		if release {
-			end.Started = fastpath.Started(l.Region().Running().Load())
+			word := l.Region().Running().Load()
+			end.Started = fastpath.Started(word)
+			l.diedRunning.Store(fastpath.Busy(word))
 		}
 	}
 	held := 0
@@ -597,5 +603,14 @@ func (l *lane) Open() {
 // End implements supervisor.Worker (lifecycle.Lane gives it Ended and Stop).
 func (l *lane) End() supervisor.End {
 	e, normal := l.Outcome()
-	return supervisor.End{Err: e, Normal: normal}
+	end := supervisor.End{Err: e, Normal: normal}
+	if e != nil {
+		switch e.Code {
+		case lifecycle.CodeThreadClosed, lifecycle.CodeStartupFailed, lifecycle.CodeWorkerUnresponsive:
+			// asked for, never started, or frozen: not a call's doing
+		default:
+			end.Running = l.diedRunning.Load()
+		}
+	}
+	return end
 }

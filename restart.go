@@ -27,6 +27,15 @@ type Restart struct {
 	OnIntensity IntensityAction
 	// Backoff spaces the restarts.
 	Backoff Backoff
+	// CountCallDeaths counts a lane's death while it ran a call like any other failure,
+	// toward MaxRestarts and crash-loop backoff, as OTP would. By default such a death, of
+	// an incarnation that had booted, restarts the lane at once and is not counted: the
+	// call hurt the lane, the lane is not sick, and punishing it would starve the innocent
+	// calls of lanes (docs/lifecycle.md, "Serving untrusted input"). The call is blamed
+	// instead: it fails with the lane's code (an Idempotent one runs once more, then fails
+	// POISON_CALL), and Stats.Tasks counts the lanes each task's calls killed. Deaths at
+	// boot, while idle, or of a frozen lane count as ever.
+	CountCallDeaths bool
 }
 
 // Backoff spaces restarts: the n-th restart in a row waits min(Max, Min·2ⁿ⁻¹), plus up to
@@ -92,6 +101,7 @@ func (r Restart) policy() supervisor.Policy {
 	return supervisor.Policy{
 		Type: supervisor.RestartType(r.Type), Strategy: supervisor.Strategy(r.Strategy),
 		MaxRestarts: r.MaxRestarts, Period: r.Period, OnIntensity: supervisor.IntensityAction(r.OnIntensity),
+		CountCallDeaths: r.CountCallDeaths,
 		Backoff: supervisor.Backoff{Min: b.Min, Max: b.Max, Jitter: b.Jitter, Reset: b.Reset, CrashLoopMax: b.CrashLoopMax},
 	}
 }
@@ -104,7 +114,7 @@ func (r Restart) WithDefaults() Restart {
 	b := p.Backoff
 	return Restart{
 		Type: RestartType(p.Type), Strategy: Strategy(p.Strategy), MaxRestarts: p.MaxRestarts, Period: p.Period,
-		OnIntensity: IntensityAction(p.OnIntensity),
+		OnIntensity: IntensityAction(p.OnIntensity), CountCallDeaths: p.CountCallDeaths,
 		Backoff:     Backoff{Min: b.Min, Max: b.Max, Jitter: b.Jitter, Reset: b.Reset, CrashLoopMax: b.CrashLoopMax},
 	}
 }

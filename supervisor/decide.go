@@ -38,7 +38,9 @@ type Decision struct {
 // looks at no clock. It returns the decision and the lane's next history (h is left as it
 // was), the way etcd's raft takes time only as input: table tests drive it on a fake clock.
 //
-// In order: a lane whose end its RestartType does not restart is given up. Otherwise the
+// In order: a lane whose end its RestartType does not restart is given up. A lane whose
+// incarnation had become ready and died running a call (End.Running) restarts at once,
+// its history unchanged, unless pol.CountCallDeaths. Otherwise the
 // failure joins the intensity window (failures older than Period leave it); a lane whose
 // failed incarnation had served for Backoff.Reset first counts as fresh (its streak starts
 // over and it leaves crash-loop backoff). More than MaxRestarts failures in the window exceed
@@ -48,6 +50,13 @@ type Decision struct {
 func Decide(pol Policy, h History, f Failure, now time.Time, live []bool, r float64) (Decision, History) {
 	if !ShouldRestart(pol.Type, f.End) {
 		return Decision{To: Dead, Reason: fmt.Sprintf("not restarted (%s lane)", pol.Type)}, h
+	}
+	if f.End.Running && !f.Up.IsZero() && !pol.CountCallDeaths {
+		// The incarnation booted and served, and died running a call: the call hurt it, the
+		// lane is not sick. It restarts at once, and the death is the call's (poison
+		// detection), not a step toward crash-loop backoff.
+		return Decision{To: Restarting, Reason: "died running a call: restarted at once, not counted toward the restart intensity",
+			Group: restartGroup(pol.Strategy, f.Lane, live)}, h
 	}
 	next := History{Failures: make([]time.Time, 0, len(h.Failures)+1), Streak: h.Streak, Looping: h.Looping}
 	for _, at := range h.Failures {

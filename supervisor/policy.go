@@ -74,12 +74,13 @@ type Backoff struct {
 // Policy is a pool's supervision policy, as knit.Restart documents it (fields and defaults
 // alike); WithDefaults fills in the defaults.
 type Policy struct {
-	Type        RestartType
-	Strategy    Strategy
-	MaxRestarts int
-	Period      time.Duration
-	OnIntensity IntensityAction
-	Backoff     Backoff
+	Type            RestartType
+	Strategy        Strategy
+	MaxRestarts     int
+	Period          time.Duration
+	OnIntensity     IntensityAction
+	Backoff         Backoff
+	CountCallDeaths bool
 }
 
 // Defaults.
@@ -154,6 +155,9 @@ func (b Backoff) delay(n int, r float64, limit time.Duration) time.Duration {
 type End struct {
 	Err    *lifecycle.Error // the classified end
 	Normal bool             // it ended on its own with success (exit status 0, or its goroutine returned)
+	// Running: a call had started on the incarnation and not finished when it ended (and
+	// the end is one a call can cause: not a stop, a failed start or a frozen lane).
+	Running bool
 }
 
 // ShouldRestart reports whether a lane that ended so is restarted under t. An end the host
