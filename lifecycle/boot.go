@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +24,11 @@ import (
 
 // Environment of a lane process.
 const (
-	EnvBoot = "KNIT_BOOT" // the boot record, JSON
+	// EnvBoot says where the lane finds its boot record (EncodeBoot): BootInherited, on
+	// FDBoot, or BootRendezvous and a rendezvous name, where the lane collects it with its
+	// other descriptors (SharedMemory Named). The record itself never travels in the
+	// environment: the kernel refuses an exec whose environment has a string over 128 KiB.
+	EnvBoot = "KNIT_BOOT"
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
 	// It waits on FDRegion, a unix socket, for its record and descriptors (see Launcher.Assign).
@@ -31,11 +37,20 @@ const (
 	EnvSpare = "KNIT_SPARE"
 )
 
+// Values of EnvBoot.
+const (
+	BootInherited  = "fd"          // the record is on FDBoot
+	BootRendezvous = "rendezvous:" // then the name: the record and the descriptors are there
+)
+
 // Inherited descriptors of a lane process (exec.Cmd.ExtraFiles start at 3).
 const (
 	FDRegion = 3 // the region's memfd (SharedMemory Inherit)
 	FDDone   = 4 // the completion doorbell's eventfd
 	FDSteal  = 5 // a stealing pool's shared submit ring (Boot.Steal)
+	// FDBoot is the boot record (a sealed memfd), when EnvBoot is BootInherited. The lane
+	// closes it once read.
+	FDBoot = 6
 )
 
 // BootTask names one task the host serves, at the host's registry index.
@@ -45,13 +60,13 @@ type BootTask struct {
 	Fingerprint uint64 `json:"fp"`
 }
 
-// Boot is the record a host passes to a lane process in EnvBoot.
+// Boot is the record a host passes to a lane process (EncodeBoot, EnvBoot).
 type Boot struct {
 	Version     uint32     `json:"version"`
 	Lane        uint32     `json:"lane"`
 	Incarnation uint32     `json:"incarnation"`
-	Shm         string     `json:"shm,omitempty"` // a rendezvous (shm.Collect); empty: inherited fds
-	Tasks       []BootTask `json:"tasks"`
+	Shm         string     `json:"shm,omitempty"` // the rendezvous the lane collected it from; empty: inherited fds
+	Tasks       []BootTask `json:"-"`             // in the record's binary task table (EncodeBoot)
 	MaxCall     int        `json:"max_call"`
 	Spin        int64      `json:"spin_ns"`
 	Park        int64      `json:"park_ns"`
@@ -96,20 +111,24 @@ func IsLane() bool { return os.Getenv(EnvLane) != "" }
 // "panic: ..." text), so that the stderr tail of a startup failure or crash report reads the
 // same whether or not the host parses the JSON lines.
 func Serve(h Hooks) int {
-	if os.Getenv(EnvSpare) != "" {
-		switch err := awaitAssignment(); {
-		case errors.Is(err, errNotNeeded):
-			return ExitStopped
-		case err != nil:
-			fmt.Fprintf(os.Stderr, "knit lane: spare: %v\n", err)
-			return ExitBoot
-		}
+	record, err := receiveBoot()
+	if errors.Is(err, errNotNeeded) {
+		return ExitStopped
 	}
-	b, bootErr := ParseBoot([]byte(os.Getenv(EnvBoot)))
+	var b Boot
+	recvErr, bootErr := err, error(nil)
+	if err == nil {
+		b, bootErr = DecodeBoot(record)
+	}
 	root := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
 		time.Unix(0, b.Epoch), logging.ParseDebug(b.Debug))
 	log := root.Named(logging.Lifecycle)
-	if bootErr != nil {
+	switch {
+	case recvErr != nil:
+		log.Error("no boot record", zap.Error(recvErr))
+		fmt.Fprintf(os.Stderr, "knit lane: %v\n", recvErr)
+		return ExitBoot
+	case bootErr != nil:
 		log.Error("bad boot record", zap.Error(bootErr))
 		fmt.Fprintf(os.Stderr, "knit lane: bad boot record: %v\n", bootErr)
 		return ExitBoot
@@ -124,7 +143,7 @@ func Serve(h Hooks) int {
 	if err := applyLimits(b.Limits, b.Lane, log); err != nil {
 		return bootFailed(fmt.Errorf("applying its resource limits: %w", err))
 	}
-	mp, err := mapRegion(b)
+	mp, err := shm.MapFile(os.NewFile(FDRegion, "knit-region"))
 	if err != nil {
 		return bootFailed(err)
 	}
@@ -236,29 +255,71 @@ func Serve(h Hooks) int {
 	return ExitStopped
 }
 
-// mapRegion maps the region the host made for this lane. With a rendezvous name in the boot
-// record (SharedMemory Named: a wrapper may have closed inherited descriptors) the lane first
-// collects the region's memfd and the completion eventfd from the host's socket and puts
-// them on FDRegion and FDDone, where an inheriting lane finds them.
-func mapRegion(b Boot) (*shm.Mapping, error) {
-	if b.Shm != "" {
-		fds := []int{FDRegion, FDDone}
-		if b.Steal {
-			fds = append(fds, FDSteal)
+// receiveBoot returns the lane's boot record, with its descriptors in place: a spare waits
+// for its assignment, a lane started with SharedMemory Named collects them from its
+// rendezvous, and a lane that inherited them finds the record on FDBoot.
+func receiveBoot() ([]byte, error) {
+	if os.Getenv(EnvSpare) != "" {
+		record, err := awaitAssignment()
+		if err != nil && !errors.Is(err, errNotNeeded) {
+			err = fmt.Errorf("spare: %w", err)
 		}
-		files, err := shm.Collect(b.Shm, len(fds))
+		return record, err
+	}
+	switch v := os.Getenv(EnvBoot); {
+	case v == BootInherited:
+		return readBoot(os.NewFile(FDBoot, "knit-boot"))
+	case strings.HasPrefix(v, BootRendezvous):
+		// A wrapper may have closed inherited descriptors: the record and the others come
+		// from the host's socket. The others go on FDRegion, FDDone and FDSteal, where an
+		// inheriting lane finds them.
+		files, err := shm.CollectUpTo(strings.TrimPrefix(v, BootRendezvous), 4)
 		if err != nil {
 			return nil, err
 		}
-		for i, fd := range fds {
-			err := unix.Dup3(int(files[i].Fd()), fd, 0)
-			files[i].Close()
-			if err != nil {
-				return nil, fmt.Errorf("knit lane: placing descriptor %d: %w", fd, err)
+		return placeFiles(files)
+	case v == "":
+		return nil, fmt.Errorf("no %s: this process was not started by a knit host", EnvBoot)
+	default:
+		return nil, fmt.Errorf("%s=%.40q names no boot record", EnvBoot, v)
+	}
+}
+
+// readBoot reads the boot record from f and closes it: a task never finds it open.
+func readBoot(f *os.File) ([]byte, error) {
+	defer f.Close()
+	record, err := shm.ReadSealed(f, MaxBootRecord)
+	if err != nil {
+		return nil, fmt.Errorf("reading the boot record: %w", err)
+	}
+	return record, nil
+}
+
+// placeFiles takes what a host sends a lane that cannot inherit: the boot record, the
+// region, the completion eventfd and perhaps a shared submit ring, in that order. It reads
+// the record first and closes it, so that the others, which the kernel numbered upwards from
+// the lowest free descriptor, can move down to FDRegion, FDDone and FDSteal without one
+// landing on another before it moved.
+func placeFiles(files []*os.File) ([]byte, error) {
+	if len(files) < 3 {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("%d descriptors from the host, want 3 or 4", len(files))
+	}
+	record, err := readBoot(files[0])
+	for i, f := range files[1:] {
+		if err == nil {
+			if derr := unix.Dup3(int(f.Fd()), []int{FDRegion, FDDone, FDSteal}[i], 0); derr != nil {
+				err = fmt.Errorf("placing descriptor %d: %w", FDRegion+i, derr)
 			}
 		}
+		f.Close()
 	}
-	return shm.MapFile(os.NewFile(FDRegion, "knit-region"))
+	if err != nil {
+		return nil, err
+	}
+	return record, nil
 }
 
 // resolveTasks maps the host's registry indices to this binary's tasks, checking that each
@@ -274,11 +335,14 @@ func resolveTasks(want []BootTask) ([]actors.Def, error) {
 			return nil, fmt.Errorf("task %q fingerprint mismatch: host %#x, lane %#x (different In/Out types)",
 				bt.Name, bt.Fingerprint, d.Fingerprint())
 		}
-		if bt.Index > 1<<16 {
+		if bt.Index >= MaxTaskIndex {
 			return nil, fmt.Errorf("task %q index %d out of range", bt.Name, bt.Index)
 		}
-		for int(bt.Index) >= len(tasks) {
-			tasks = append(tasks, nil)
+		if int(bt.Index) >= len(tasks) {
+			tasks = slices.Grow(tasks, int(bt.Index)+1-len(tasks))[:bt.Index+1]
+		}
+		if tasks[bt.Index] != nil {
+			return nil, fmt.Errorf("tasks %q and %q both at index %d", tasks[bt.Index].Name(), bt.Name, bt.Index)
 		}
 		tasks[bt.Index] = d
 	}
@@ -418,57 +482,62 @@ func (w *abortWatch) stop() {
 // errNotNeeded is a spare's host closing its socket: the spare was never needed.
 var errNotNeeded = errors.New("not needed")
 
-// awaitAssignment makes a spare a lane: it waits for its assignment (Launcher.Assign) and
-// puts the record and descriptors where a lane started directly finds them (EnvBoot,
-// FDRegion, FDDone).
-func awaitAssignment() error {
+// awaitAssignment makes a spare a lane: it waits for its assignment (Launcher.Assign) —
+// the boot record, the region, the completion eventfd and perhaps a shared submit ring, as
+// descriptors — puts the descriptors where a lane started directly finds them (FDRegion,
+// FDDone, FDSteal) and returns the record.
+func awaitAssignment() ([]byte, error) {
 	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
 		conn, err := shm.Dial(name)
 		if err != nil {
-			return fmt.Errorf("connecting to the host: %w", err)
+			return nil, fmt.Errorf("connecting to the host: %w", err)
 		}
 		err = unix.Dup3(int(conn.Fd()), FDRegion, 0)
 		conn.Close()
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// Tell the host this process is initialised: from now on taking it costs one message.
 	if _, err := unix.Write(FDRegion, []byte{1}); err != nil {
-		return fmt.Errorf("reporting ready: %w", err)
+		return nil, fmt.Errorf("reporting ready: %w", err)
 	}
-	buf := make([]byte, 1<<20)
-	oob := make([]byte, unix.CmsgSpace(3*4))
+	buf := make([]byte, 16)
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	var n, oobn int
 	var err error
 	for {
-		n, oobn, _, _, err = unix.Recvmsg(FDRegion, buf, oob, 0)
+		n, oobn, _, _, err = unix.Recvmsg(FDRegion, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
 			break
 		}
 	}
 	switch {
 	case err != nil:
-		return fmt.Errorf("reading the assignment: %w", err)
+		return nil, fmt.Errorf("reading the assignment: %w", err)
 	case n == 0 && oobn == 0:
-		return errNotNeeded
+		return nil, errNotNeeded
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return fmt.Errorf("assignment without descriptors (%v)", err)
+		return nil, fmt.Errorf("assignment without descriptors (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 2 && len(fds) != 3 {
-		return fmt.Errorf("assignment with %d descriptors (%v)", len(fds), err)
-	}
-	// The region replaces the socket on FDRegion; the eventfd goes on FDDone, a shared
-	// ring on FDSteal.
-	for i, to := range []int{FDRegion, FDDone, FDSteal}[:len(fds)] {
-		if err := unix.Dup3(fds[i], to, 0); err != nil {
-			return err
+	if err != nil || len(fds) != 3 && len(fds) != 4 {
+		for _, fd := range fds {
+			unix.Close(fd)
 		}
-		unix.Close(fds[i])
+		return nil, fmt.Errorf("assignment with %d descriptors (%v)", len(fds), err)
+	}
+	files := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		files[i] = os.NewFile(uintptr(fd), "knit-assigned")
+	}
+	// The region replaces the socket on FDRegion.
+	record, err := placeFiles(files)
+	if err != nil {
+		return nil, err
 	}
 	_ = os.Unsetenv(EnvSpare)
-	return os.Setenv(EnvBoot, string(buf[:n]))
+	return record, nil
 }

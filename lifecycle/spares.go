@@ -237,15 +237,16 @@ func (s *Spares) startSpare() (*Spare, error) {
 // errSparesClosed is a spare spawned while the pool closed.
 var errSparesClosed = errors.New("the pool is closing")
 
-// assign turns the spare into a lane: one message with the boot record and descriptors
-// (Launcher.Assign). The socket is closed either way.
-func (sp *Spare) assign(record []byte, files []*os.File) error {
+// assign turns the spare into a lane: one message with the descriptors (Launcher.Assign:
+// the boot record's first). Its one byte of data is the count, as a rendezvous sends it; an
+// empty message would read as end of file. The socket is closed either way.
+func (sp *Spare) assign(files []*os.File) error {
 	defer sp.sock.Close()
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
-	return shm.SendFiles(sp.sock, time.Time{}, record, fds...)
+	return shm.SendFiles(sp.sock, time.Time{}, []byte{byte(len(fds))}, fds...)
 }
 
 // kill ends a spare that was never assigned, and reaps it.

@@ -1,0 +1,145 @@
+package lifecycle
+
+import (
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/knitgo/knit/internal/shm"
+)
+
+// envBootHelper makes the test binary play a lane that receives its boot record and reports
+// what it got (TestHelperBootReceiver).
+const envBootHelper = "KNIT_TEST_BOOT_HELPER"
+
+// bootDigest sums a record's tasks, so that a lane can report in one line what it received.
+func bootDigest(b Boot) string {
+	h := fnv.New64a()
+	for _, t := range b.Tasks {
+		fmt.Fprintf(h, "%s/%d/%d;", t.Name, t.Index, t.Fingerprint)
+	}
+	return fmt.Sprintf("lane=%d inc=%d tasks=%d sum=%x", b.Lane, b.Incarnation, len(b.Tasks), h.Sum64())
+}
+
+// TestHelperBootReceiver is not a test: run as a lane (TestBootTransport), it receives its
+// boot record the way Serve does and prints, on one line, the record's digest, what its
+// descriptors FDRegion, FDDone and FDSteal hold, and whether the record's descriptor is
+// still open.
+func TestHelperBootReceiver(t *testing.T) {
+	if os.Getenv(envBootHelper) == "" {
+		return
+	}
+	record, err := receiveBoot()
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		os.Exit(1)
+	}
+	b, err := DecodeBoot(record)
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		os.Exit(1)
+	}
+	var held []string
+	fds := []int{FDRegion, FDDone}
+	if b.Steal {
+		fds = append(fds, FDSteal)
+	}
+	for _, fd := range fds {
+		data, err := shm.ReadSealed(os.NewFile(uintptr(fd), "placed"), 64)
+		if err != nil {
+			data = []byte(err.Error())
+		}
+		held = append(held, string(data))
+	}
+	open := false
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); strings.Contains(target, "knit-boot") {
+			open = true
+		}
+	}
+	fmt.Printf("%s files=%s boot-open=%v\n", bootDigest(b), strings.Join(held, ","), open)
+	os.Exit(0)
+}
+
+// TestBootTransport: a lane receives a boot record of 100,000 tasks (3.5 MB) and its
+// descriptors, each where it belongs, whichever way it starts: inheriting them, collecting
+// them from a rendezvous (Named), or as a spare assigned by message on its socket (inherited
+// or connected through a rendezvous); with and without a shared submit ring. The record's
+// descriptor is closed once read. (An environment variable carried it before: over 128 KiB,
+// about 1,900 tasks, exec failed with "argument list too long".)
+func TestBootTransport(t *testing.T) {
+	b := Boot{Lane: 3, Incarnation: 2, Tasks: manyTasks(100_000)}
+	want := bootDigest(b)
+	for _, c := range []struct {
+		name         string
+		named, spare bool
+	}{{"inherit", false, false}, {"named", true, false}, {"spare", false, true}, {"spare-named", true, true}} {
+		for _, steal := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/steal=%v", c.name, steal), func(t *testing.T) {
+				lc, logs := launcher(t, "")
+				lc.Command = []string{os.Args[0], "-test.run=^TestHelperBootReceiver$"}
+				lc.Env = []string{envBootHelper + "=1"}
+				lc.Named = c.named
+				files, names := []*os.File{}, []string{"region", "done"}
+				if steal {
+					names = append(names, "steal")
+				}
+				for _, n := range names {
+					f, err := shm.SealedFile("knit-test-"+n, []byte(n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					files = append(files, f)
+				}
+				b := b
+				b.Steal = steal
+				var p *Process
+				var err error
+				if c.spare {
+					s := &Spares{Launcher: lc, Count: 1, Log: lc.Log}
+					defer s.Close()
+					s.Refill()
+					s.Wait()
+					sp := s.Take()
+					if sp == nil {
+						t.Fatalf("no spare: %v", logs.All())
+					}
+					p, err = lc.Assign(sp, b, files)
+				} else {
+					p, err = lc.Start(b, files)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				x := p.Wait()
+				p.Collect(&x)
+				<-p.output.relayed
+				var lines []string
+				for _, e := range logs.FilterMessage("lane stdout").All() {
+					lines = append(lines, fmt.Sprint(e.ContextMap()["line"]))
+				}
+				line := fmt.Sprintf("%s files=%s boot-open=false", want, strings.Join(names, ","))
+				if x.Status != 0 || len(lines) != 1 || lines[0] != line {
+					t.Fatalf("lane exited %+v and printed %q; want status 0 and %q", x, lines, line)
+				}
+			})
+		}
+	}
+}
+
+// A lane without a boot record, or with EnvBoot naming none, says so and does not boot.
+func TestReceiveBootWithout(t *testing.T) {
+	for _, c := range []struct{ env, want string }{
+		{"", "no KNIT_BOOT: this process was not started by a knit host"},
+		{`{"version":1}`, `KNIT_BOOT="{\"version\":1}" names no boot record`},
+	} {
+		t.Setenv(EnvBoot, c.env)
+		if _, err := receiveBoot(); err == nil || err.Error() != c.want {
+			t.Errorf("%s=%q: %v, want %q", EnvBoot, c.env, err, c.want)
+		}
+	}
+}
