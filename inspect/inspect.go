@@ -332,8 +332,8 @@ func (in *inspector) open(rc *http.ResponseController) *streamSlot {
 	return s
 }
 
-// close gives s's slot back, if a newer stream has not taken it.
-func (in *inspector) close(s *streamSlot) {
+// release gives s's slot back, if a newer stream has not taken it.
+func (in *inspector) release(s *streamSlot) {
 	in.smu.Lock()
 	defer in.smu.Unlock()
 	for i, o := range in.streams {
@@ -405,7 +405,7 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 		defer in.ended() // last: the slot is given back by then
 	}
 	slot := in.open(rc)
-	defer in.close(slot)
+	defer in.release(slot)
 	defer slot.leave()
 	w.WriteHeader(http.StatusOK)
 
