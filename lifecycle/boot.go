@@ -2,12 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,10 +24,13 @@ import (
 
 // Environment of a lane process.
 const (
-	// EnvBoot says where the lane finds its boot record (EncodeBoot): BootInherited, on
-	// FDBoot, or BootRendezvous and a rendezvous name, where the lane collects it with its
-	// other descriptors (SharedMemory Named). The record itself never travels in the
-	// environment: the kernel refuses an exec whose environment has a string over 128 KiB.
+	// EnvBoot holds the boot record's settings, JSON: Boot without its tasks (or, should
+	// those be over maxBootEnv, only its version, lane, incarnation and rendezvous), so that
+	// code that runs in a lane before knit.Main, in init, can tell which lane it is. Serve
+	// sets it to the whole settings once booted (a spare has none before). The record itself
+	// (EncodeBoot) is on FDBoot, or at the rendezvous named in the settings' shm: the kernel
+	// refuses an exec whose environment has a string over 128 KiB, which a table of 2,000
+	// tasks was.
 	EnvBoot = "KNIT_BOOT"
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
@@ -37,19 +40,17 @@ const (
 	EnvSpare = "KNIT_SPARE"
 )
 
-// Values of EnvBoot.
-const (
-	BootInherited  = "fd"          // the record is on FDBoot
-	BootRendezvous = "rendezvous:" // then the name: the record and the descriptors are there
-)
+// maxBootEnv bounds the settings EnvBoot carries: far below the kernel's 128 KiB for one
+// environment string.
+const maxBootEnv = 16 << 10
 
 // Inherited descriptors of a lane process (exec.Cmd.ExtraFiles start at 3).
 const (
 	FDRegion = 3 // the region's memfd (SharedMemory Inherit)
 	FDDone   = 4 // the completion doorbell's eventfd
 	FDSteal  = 5 // a stealing pool's shared submit ring (Boot.Steal)
-	// FDBoot is the boot record (a sealed memfd), when EnvBoot is BootInherited. The lane
-	// closes it once read.
+	// FDBoot is the boot record (a sealed memfd) of a lane that inherits its descriptors.
+	// The lane closes it once read.
 	FDBoot = 6
 )
 
@@ -65,7 +66,7 @@ type Boot struct {
 	Version     uint32     `json:"version"`
 	Lane        uint32     `json:"lane"`
 	Incarnation uint32     `json:"incarnation"`
-	Shm         string     `json:"shm,omitempty"` // the rendezvous the lane collected it from; empty: inherited fds
+	Shm         string     `json:"shm,omitempty"` // a rendezvous (shm.CollectUpTo) for the record and descriptors; empty: inherited
 	Tasks       []BootTask `json:"-"`             // in the record's binary task table (EncodeBoot)
 	MaxCall     int        `json:"max_call"`
 	Spin        int64      `json:"spin_ns"`
@@ -132,6 +133,9 @@ func Serve(h Hooks) int {
 		log.Error("bad boot record", zap.Error(bootErr))
 		fmt.Fprintf(os.Stderr, "knit lane: bad boot record: %v\n", bootErr)
 		return ExitBoot
+	}
+	if settings, err := bootEnv(b, 0); err == nil {
+		_ = os.Setenv(EnvBoot, settings) // the whole settings, for the lane's tasks
 	}
 	log.Debug("lane booting", zap.Uint32("version", b.Version), zap.Int("tasks", len(b.Tasks)),
 		zap.Bool("named_shm", b.Shm != ""))
@@ -256,8 +260,8 @@ func Serve(h Hooks) int {
 }
 
 // receiveBoot returns the lane's boot record, with its descriptors in place: a spare waits
-// for its assignment, a lane started with SharedMemory Named collects them from its
-// rendezvous, and a lane that inherited them finds the record on FDBoot.
+// for its assignment, a lane whose settings name a rendezvous (SharedMemory Named) collects
+// them there, and a lane that inherited them finds the record on FDBoot.
 func receiveBoot() ([]byte, error) {
 	if os.Getenv(EnvSpare) != "" {
 		record, err := awaitAssignment()
@@ -266,23 +270,40 @@ func receiveBoot() ([]byte, error) {
 		}
 		return record, err
 	}
-	switch v := os.Getenv(EnvBoot); {
-	case v == BootInherited:
-		return readBoot(os.NewFile(FDBoot, "knit-boot"))
-	case strings.HasPrefix(v, BootRendezvous):
-		// A wrapper may have closed inherited descriptors: the record and the others come
-		// from the host's socket. The others go on FDRegion, FDDone and FDSteal, where an
-		// inheriting lane finds them.
-		files, err := shm.CollectUpTo(strings.TrimPrefix(v, BootRendezvous), 4)
-		if err != nil {
-			return nil, err
-		}
-		return placeFiles(files)
-	case v == "":
+	env := os.Getenv(EnvBoot)
+	if env == "" {
 		return nil, fmt.Errorf("no %s: this process was not started by a knit host", EnvBoot)
-	default:
-		return nil, fmt.Errorf("%s=%.40q names no boot record", EnvBoot, v)
 	}
+	var where struct {
+		Shm string `json:"shm"`
+	}
+	if err := json.Unmarshal([]byte(env), &where); err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvBoot, err)
+	}
+	if where.Shm == "" {
+		return readBoot(os.NewFile(FDBoot, "knit-boot"))
+	}
+	// A wrapper may have closed inherited descriptors: the record and the others come from
+	// the host's socket. The others go on FDRegion, FDDone and FDSteal, where an inheriting
+	// lane finds them.
+	files, err := shm.CollectUpTo(where.Shm, 4)
+	if err != nil {
+		return nil, err
+	}
+	return placeFiles(files)
+}
+
+// bootEnv is the value of EnvBoot for b: its settings in JSON, or, over max bytes (0: no
+// bound), the part of them that says which lane it is and where its record is.
+func bootEnv(b Boot, max int) (string, error) {
+	settings, err := json.Marshal(b)
+	if err != nil {
+		return "", err
+	}
+	if max > 0 && len(settings) > max {
+		settings, err = json.Marshal(Boot{Version: b.Version, Lane: b.Lane, Incarnation: b.Incarnation, Shm: b.Shm})
+	}
+	return string(settings), err
 }
 
 // readBoot reads the boot record from f and closes it: a task never finds it open.

@@ -1,9 +1,11 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -131,15 +133,44 @@ func TestBootTransport(t *testing.T) {
 	}
 }
 
-// A lane without a boot record, or with EnvBoot naming none, says so and does not boot.
+// A lane without a boot record, or with EnvBoot holding no settings, says so and does not
+// boot.
 func TestReceiveBootWithout(t *testing.T) {
 	for _, c := range []struct{ env, want string }{
 		{"", "no KNIT_BOOT: this process was not started by a knit host"},
-		{`{"version":1}`, `KNIT_BOOT="{\"version\":1}" names no boot record`},
+		{"fd", "KNIT_BOOT: invalid character"},
 	} {
 		t.Setenv(EnvBoot, c.env)
-		if _, err := receiveBoot(); err == nil || err.Error() != c.want {
+		if _, err := receiveBoot(); err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%s=%q: %v, want %q", EnvBoot, c.env, err, c.want)
 		}
+	}
+}
+
+// TestBootEnv: EnvBoot carries the settings, never the tasks; settings too large for it are
+// cut to what says which lane it is and where its record is.
+func TestBootEnv(t *testing.T) {
+	b := testBoot(manyTasks(10_000))
+	env, err := bootEnv(b, maxBootEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Boot
+	if err := json.Unmarshal([]byte(env), &got); err != nil || len(env) > maxBootEnv {
+		t.Fatalf("%d bytes: %v", len(env), err)
+	}
+	want := b
+	want.Tasks = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("settings %+v, want %+v", got, want)
+	}
+	b.Sandbox = &Sandbox{Landlock: Landlock{ReadOnly: []string{strings.Repeat("/x", maxBootEnv)}}}
+	if env, err = bootEnv(b, maxBootEnv); err != nil || len(env) > maxBootEnv {
+		t.Fatalf("oversized settings: %d bytes, %v", len(env), err)
+	}
+	got = Boot{}
+	if err := json.Unmarshal([]byte(env), &got); err != nil ||
+		!reflect.DeepEqual(got, Boot{Version: b.Version, Lane: b.Lane, Incarnation: b.Incarnation, Shm: b.Shm}) {
+		t.Fatalf("oversized settings cut to %s, want version, lane, incarnation and shm", env)
 	}
 }

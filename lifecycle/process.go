@@ -36,8 +36,8 @@ type Process struct {
 
 // Start starts lane process b.Lane: files (the region's memfd, the completion eventfd, a
 // stealing pool's shared ring) go on fds 3, 4 and 5 and the boot record on FDBoot, or, with
-// Named, all of them through a rendezvous named in EnvBoot, handed over to the first process
-// that connects if it is the lane or a descendant of it. A failed hand-over kills the
+// Named, all of them through a rendezvous named in the settings (EnvBoot), handed over to
+// the first process that connects if it is the lane or a descendant of it. A failed hand-over kills the
 // process (Exit.Handoff). Start returns once the process has started; its errors say which
 // step failed.
 func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
@@ -62,17 +62,19 @@ func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 	if err != nil {
 		return fail(err)
 	}
+	env, err := bootEnv(b, maxBootEnv)
+	if err != nil {
+		boot.Close()
+		return fail(err)
+	}
 	var inherit []*os.File
-	env := EnvBoot + "=" + BootInherited
-	if p.rv != nil {
-		env = EnvBoot + "=" + BootRendezvous + p.rv.Name()
-	} else {
+	if p.rv == nil {
 		// fds 3 to 5 as given (a missing one is closed in the lane), the record on FDBoot.
 		inherit = make([]*os.File, FDBoot-FDRegion+1)
 		copy(inherit, files)
 		inherit[FDBoot-FDRegion] = boot
 	}
-	cmd, err := lc.command(inherit, env)
+	cmd, err := lc.command(inherit, EnvBoot+"="+env)
 	if err != nil {
 		boot.Close()
 		return fail(err)
