@@ -9,10 +9,12 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/fds"
 	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
@@ -112,7 +114,7 @@ func IsLane() bool { return os.Getenv(EnvLane) != "" }
 // "panic: ..." text), so that the stderr tail of a startup failure or crash report reads the
 // same whether or not the host parses the JSON lines.
 func Serve(h Hooks) int {
-	record, err := receiveBoot()
+	record, at, err := receiveBoot()
 	if errors.Is(err, errNotNeeded) {
 		return ExitStopped
 	}
@@ -147,10 +149,11 @@ func Serve(h Hooks) int {
 	if err := applyLimits(b.Limits, b.Lane, log); err != nil {
 		return bootFailed(fmt.Errorf("applying its resource limits: %w", err))
 	}
-	mp, err := shm.MapFile(os.NewFile(FDRegion, "knit-region"))
+	mp, err := shm.MapFile(os.NewFile(uintptr(at.region), "knit-region"))
 	if err != nil {
 		return bootFailed(err)
 	}
+	regionFD.Store(int32(at.region))
 	// The mapping stays until the process exits: the host unmaps its side only then. Its
 	// file stays reachable too, or the *os.File's finalizer would close the region's
 	// descriptor under the lane at some garbage collection.
@@ -197,11 +200,14 @@ func Serve(h Hooks) int {
 	if err := applySandbox(b.Sandbox, log); err != nil {
 		return fail("%v", err)
 	}
-	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
+	done := futex.EventFDFromFile(os.NewFile(uintptr(at.done), "knit-done"))
 	var cons *steal.Consumer
 	var sharedAborts fastpath.Bitmap
 	if b.Steal {
-		smp, err := shm.MapFile(os.NewFile(FDSteal, "knit-steal"))
+		if at.steal < 0 {
+			return fail("shared submit ring: the host sent none")
+		}
+		smp, err := shm.MapFile(os.NewFile(uintptr(at.steal), "knit-steal"))
 		if err != nil {
 			return fail("shared submit ring: %v", err)
 		}
@@ -259,38 +265,69 @@ func Serve(h Hooks) int {
 	return ExitStopped
 }
 
+// regionFD is where the lane's region is open (RegionFD).
+var regionFD atomic.Int32
+
+func init() { regionFD.Store(-1) }
+
+// RegionFD is the descriptor a lane process's region is open at, once Serve has mapped it
+// (-1 before, and in a host): FDRegion, unless the lane received its descriptors at run time
+// and the Go runtime held that number already (SharedMemory Named behind a wrapper that
+// closes inherited descriptors; see placeFDs).
+func RegionFD() int { return int(regionFD.Load()) }
+
+// laneFDs are where a lane's descriptors are: FDRegion, FDDone and FDSteal, unless the
+// lane received them at run time (a spare, or SharedMemory Named) and one of those numbers
+// belonged to something else (see placeFDs).
+type laneFDs struct{ region, done, steal int }
+
+var inheritedFDs = laneFDs{FDRegion, FDDone, FDSteal}
+
 // receiveBoot returns the lane's boot record, with its descriptors in place: a spare waits
 // for its assignment, a lane whose settings name a rendezvous (SharedMemory Named) collects
 // them there, and a lane that inherited them finds the record on FDBoot.
-func receiveBoot() ([]byte, error) {
+func receiveBoot() ([]byte, laneFDs, error) {
 	if os.Getenv(EnvSpare) != "" {
-		record, err := awaitAssignment()
+		record, at, err := awaitAssignment()
 		if err != nil && !errors.Is(err, errNotNeeded) {
 			err = fmt.Errorf("spare: %w", err)
 		}
-		return record, err
+		return record, at, err
 	}
 	env := os.Getenv(EnvBoot)
 	if env == "" {
-		return nil, fmt.Errorf("no %s: this process was not started by a knit host", EnvBoot)
+		return nil, laneFDs{}, fmt.Errorf("no %s: this process was not started by a knit host", EnvBoot)
 	}
 	var where struct {
 		Shm string `json:"shm"`
 	}
 	if err := json.Unmarshal([]byte(env), &where); err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvBoot, err)
+		return nil, laneFDs{}, fmt.Errorf("%s: %w", EnvBoot, err)
 	}
 	if where.Shm == "" {
-		return readBoot(os.NewFile(FDBoot, "knit-boot"))
+		record, err := readBoot(FDBoot)
+		return record, inheritedFDs, err
 	}
 	// A wrapper may have closed inherited descriptors: the record and the others come from
-	// the host's socket. The others go on FDRegion, FDDone and FDSteal, where an inheriting
-	// lane finds them.
+	// the host's socket. The host put the record's file on 3 to 5 too, to keep those
+	// numbers for them, in case the wrapper lets them through.
 	files, err := shm.CollectUpTo(where.Shm, 4)
 	if err != nil {
-		return nil, err
+		return nil, laneFDs{}, err
 	}
-	return placeFiles(files)
+	raw := make([]int, len(files))
+	for i, f := range files {
+		if raw[i], err = unix.Dup(int(f.Fd())); err != nil { // a number no *os.File will close
+			raw[i] = -1
+		}
+		f.Close()
+	}
+	if slices.Contains(raw, -1) {
+		closeAll(raw)
+		return nil, laneFDs{}, fmt.Errorf("taking the descriptors from the rendezvous: %w", err)
+	}
+	record, at, err := placeFDs(raw, fds.ID{}) // the record's own file, below
+	return record, at, err
 }
 
 // bootEnv is the value of EnvBoot for b: its settings in JSON, or, over max bytes (0: no
@@ -306,8 +343,9 @@ func bootEnv(b Boot, max int) (string, error) {
 	return string(settings), err
 }
 
-// readBoot reads the boot record from f and closes it: a task never finds it open.
-func readBoot(f *os.File) ([]byte, error) {
+// readBoot reads the boot record from fd and closes it: a task never finds it open.
+func readBoot(fd int) ([]byte, error) {
+	f := os.NewFile(uintptr(fd), "knit-boot")
 	defer f.Close()
 	record, err := shm.ReadSealed(f, MaxBootRecord)
 	if err != nil {
@@ -316,31 +354,50 @@ func readBoot(f *os.File) ([]byte, error) {
 	return record, nil
 }
 
-// placeFiles takes what a host sends a lane that cannot inherit: the boot record, the
-// region, the completion eventfd and perhaps a shared submit ring, in that order. It reads
-// the record first and closes it, so that the others, which the kernel numbered upwards from
-// the lowest free descriptor, can move down to FDRegion, FDDone and FDSteal without one
-// landing on another before it moved.
-func placeFiles(files []*os.File) ([]byte, error) {
-	if len(files) < 3 {
-		for _, f := range files {
-			f.Close()
-		}
-		return nil, fmt.Errorf("%d descriptors from the host, want 3 or 4", len(files))
+// placeFDs takes what a host sends a lane that cannot inherit: the boot record, the region,
+// the completion eventfd and perhaps a shared submit ring, in that order. It reads the record
+// and closes it, then moves the others to FDRegion, FDDone and FDSteal, over the host's
+// placeholders there (ours, and the record's own file, which a host puts there for a lane
+// it starts) or onto the number if it is free. A number the Go runtime took before the lane
+// could (its cgroup files, the netpoller's epoll descriptor: the lowest free numbers of a
+// process whose wrapper closed the placeholders) is not taken from it: the descriptor stays
+// where the kernel put it, and the lane serves from there. Placeholders left over are closed.
+func placeFDs(raw []int, ours ...fds.ID) ([]byte, laneFDs, error) {
+	if len(raw) < 3 || len(raw) > 4 {
+		closeAll(raw)
+		return nil, laneFDs{}, fmt.Errorf("%d descriptors from the host, want 3 or 4", len(raw))
 	}
-	record, err := readBoot(files[0])
-	for i, f := range files[1:] {
-		if err == nil {
-			if derr := unix.Dup3(int(f.Fd()), []int{FDRegion, FDDone, FDSteal}[i], 0); derr != nil {
-				err = fmt.Errorf("placing descriptor %d: %w", FDRegion+i, derr)
-			}
-		}
-		f.Close()
+	if id, ok := fds.Of(raw[0]); ok {
+		ours = append(ours, id)
 	}
+	record, err := readBoot(raw[0])
 	if err != nil {
-		return nil, err
+		closeAll(raw[1:])
+		return nil, laneFDs{}, err
 	}
-	return record, nil
+	at := []int{-1, -1, -1}
+	targets := []int{FDRegion, FDDone, FDSteal}
+	for i, fd := range raw[1:] {
+		if at[i], err = fds.Place(fd, targets[i], ours...); err != nil {
+			closeAll(at[:i])
+			closeAll(raw[i+1:])
+			return nil, laneFDs{}, err
+		}
+	}
+	for i, t := range targets {
+		if at[i] != t {
+			fds.Drop(t, ours...)
+		}
+	}
+	return record, laneFDs{region: at[0], done: at[1], steal: at[2]}, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // resolveTasks maps the host's registry indices to this binary's tasks, checking that each
@@ -503,62 +560,77 @@ func (w *abortWatch) stop() {
 // errNotNeeded is a spare's host closing its socket: the spare was never needed.
 var errNotNeeded = errors.New("not needed")
 
+// placeholderText is the content of the sealed file a host puts on fds 3 to 5 of a spare
+// that connects for its socket (SharedMemory Named), to keep those numbers for the
+// descriptors it will send: a file a spare can tell from any the Go runtime opened there.
+const placeholderText = "knit: descriptor number kept for a lane"
+
 // awaitAssignment makes a spare a lane: it waits for its assignment (Launcher.Assign) —
 // the boot record, the region, the completion eventfd and perhaps a shared submit ring, as
-// descriptors — puts the descriptors where a lane started directly finds them (FDRegion,
-// FDDone, FDSteal) and returns the record.
-func awaitAssignment() ([]byte, error) {
+// descriptors — puts the descriptors where a lane started directly finds them (placeFDs)
+// and returns the record. The socket is on FDRegion, and the host put it on FDDone and
+// FDSteal too, to keep those numbers for the descriptors to come; with SharedMemory Named,
+// the spare connects for it and puts it on FDRegion, over the host's placeholder there or if
+// the number is free.
+func awaitAssignment() ([]byte, laneFDs, error) {
+	sock := FDRegion
+	var ours []fds.ID
 	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
+		if shm.IsSealedWith(FDRegion, []byte(placeholderText)) {
+			id, _ := fds.Of(FDRegion)
+			ours = append(ours, id)
+		}
 		conn, err := shm.Dial(name)
 		if err != nil {
-			return nil, fmt.Errorf("connecting to the host: %w", err)
+			return nil, laneFDs{}, fmt.Errorf("connecting to the host: %w", err)
 		}
-		err = unix.Dup3(int(conn.Fd()), FDRegion, 0)
+		fd, err := unix.Dup(int(conn.Fd()))
 		conn.Close()
 		if err != nil {
-			return nil, err
+			return nil, laneFDs{}, err
+		}
+		if sock, err = fds.Place(fd, FDRegion, ours...); err != nil {
+			unix.Close(fd)
+			return nil, laneFDs{}, err
 		}
 	}
+	sockID, _ := fds.Of(sock)
+	ours = append(ours, sockID)
 	// Tell the host this process is initialised: from now on taking it costs one message.
-	if _, err := unix.Write(FDRegion, []byte{1}); err != nil {
-		return nil, fmt.Errorf("reporting ready: %w", err)
+	if _, err := unix.Write(sock, []byte{1}); err != nil {
+		return nil, laneFDs{}, fmt.Errorf("reporting ready: %w", err)
 	}
 	buf := make([]byte, 16)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	var n, oobn int
 	var err error
 	for {
-		n, oobn, _, _, err = unix.Recvmsg(FDRegion, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, _, _, err = unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
 			break
 		}
 	}
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("reading the assignment: %w", err)
+		return nil, laneFDs{}, fmt.Errorf("reading the assignment: %w", err)
 	case n == 0 && oobn == 0:
-		return nil, errNotNeeded
+		return nil, laneFDs{}, errNotNeeded
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return nil, fmt.Errorf("assignment without descriptors (%v)", err)
+		return nil, laneFDs{}, fmt.Errorf("assignment without descriptors (%v)", err)
 	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 3 && len(fds) != 4 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return nil, fmt.Errorf("assignment with %d descriptors (%v)", len(fds), err)
-	}
-	files := make([]*os.File, len(fds))
-	for i, fd := range fds {
-		files[i] = os.NewFile(uintptr(fd), "knit-assigned")
+	raw, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		closeAll(raw)
+		return nil, laneFDs{}, fmt.Errorf("assignment with bad descriptors: %w", err)
 	}
 	// The region replaces the socket on FDRegion.
-	record, err := placeFiles(files)
+	record, at, err := placeFDs(raw, ours...)
 	if err != nil {
-		return nil, err
+		return nil, laneFDs{}, err
 	}
+	fds.Drop(sock, sockID) // if nothing replaced it
 	_ = os.Unsetenv(EnvSpare)
-	return record, nil
+	return record, at, nil
 }

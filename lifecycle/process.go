@@ -73,6 +73,12 @@ func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 		inherit = make([]*os.File, FDBoot-FDRegion+1)
 		copy(inherit, files)
 		inherit[FDBoot-FDRegion] = boot
+	} else {
+		// The lane collects everything from the rendezvous, and puts the region, eventfd
+		// and ring on fds 3 to 5 if it can: the record's file holds those numbers for them
+		// (the Go runtime opens files of its own at the lowest free numbers before main),
+		// unless the wrapper closes them.
+		inherit = []*os.File{boot, boot, boot}
 	}
 	cmd, err := lc.command(inherit, EnvBoot+"="+env)
 	if err != nil {

@@ -152,12 +152,24 @@ func (s *Spares) startSpare() (*Spare, error) {
 			return nil, err
 		}
 		env = EnvSpare + "=" + rv.Name()
+		// Should the wrapper let them through, these keep fds 3 to 5 for the socket and
+		// the descriptors to come (awaitAssignment).
+		ph, err := shm.SealedFile("knit-placeholder", []byte(placeholderText))
+		if err != nil {
+			rv.Close()
+			return nil, err
+		}
+		defer ph.Close()
+		files = []*os.File{ph, ph, ph}
 	} else {
 		var err error
 		if host, theirs, err = shm.SocketPair(); err != nil {
 			return nil, err
 		}
-		files = []*os.File{theirs}
+		// The socket on FDRegion, and on FDDone and FDSteal as placeholders: the Go runtime
+		// opens files of its own at the lowest free numbers before main, and the spare must
+		// later put its region, eventfd and ring on those three (awaitAssignment).
+		files = []*os.File{theirs, theirs, theirs}
 	}
 	fail := func(err error) (*Spare, error) {
 		if host != nil {

@@ -109,3 +109,44 @@ func TestCollectUpTo(t *testing.T) {
 		t.Error("CollectUpTo past the most a hand-over carries")
 	}
 }
+
+// TestIsSealedWith: a sealed file with the very content is recognised; other content, an
+// unsealed file, another kind of file or a closed number are not, and none is closed.
+func TestIsSealedWith(t *testing.T) {
+	marker := []byte("knit placeholder")
+	f, err := SealedFile("knit-test", marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	other, err := SealedFile("knit-test", []byte("knit placeholder!"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	plain, err := os.CreateTemp(t.TempDir(), "marker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Write(marker); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if !IsSealedWith(int(f.Fd()), marker) {
+		t.Error("the marker is not recognised")
+	}
+	for name, fd := range map[string]int{"other content": int(other.Fd()), "unsealed": int(plain.Fd()), "pipe": int(r.Fd()), "closed": 1 << 20} {
+		if IsSealedWith(fd, marker) {
+			t.Errorf("%s taken for the marker", name)
+		}
+	}
+	if _, err := f.Stat(); err != nil {
+		t.Errorf("the marker was closed: %v", err)
+	}
+}

@@ -67,3 +67,6 @@ func ReadSealed(*os.File, int64) ([]byte, error) { return nil, ErrUnsupported }
 
 // CollectUpTo is not supported on this platform: it returns ErrUnsupported.
 func CollectUpTo(string, int) ([]*os.File, error) { return nil, ErrUnsupported }
+
+// IsSealedWith reports false on this platform.
+func IsSealedWith(int, []byte) bool { return false }
