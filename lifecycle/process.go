@@ -37,9 +37,9 @@ type Process struct {
 // Start starts lane process b.Lane: files (the region's memfd, the completion eventfd, a
 // stealing pool's shared ring) go on fds 3, 4 and 5 and the boot record on FDBoot, or, with
 // Named, all of them through a rendezvous named in the settings (EnvBoot), handed over to
-// the first process that connects if it is the lane or a descendant of it. A failed hand-over kills the
-// process (Exit.Handoff). Start returns once the process has started; its errors say which
-// step failed.
+// the first process that connects if it is the lane or a descendant of it. A failed
+// hand-over kills the process (Exit.Handoff). Start returns once the process has started;
+// its errors say which step failed.
 func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 	if len(files) > FDBoot-FDRegion {
 		return nil, fmt.Errorf("%d descriptors for a lane, at most %d", len(files), FDBoot-FDRegion)
