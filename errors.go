@@ -68,8 +68,10 @@ const (
 )
 
 // Error is every failure knit reports: a Code, the lane and task involved, a message and
-// the Cause underneath. errors.Is matches Errors by code, so the sentinels below work as
-// targets:
+// the Cause underneath. Error() is one line — the code, the task, the lane and a reason —
+// that may be shown to a client: a lane's stack and standard error stay in the Stack and
+// Stderr fields (and a panic's stack in its *PanicError), for logs, where knit itself logs
+// them at Debug. errors.Is matches Errors by code, so the sentinels below work as targets:
 //
 //	if errors.Is(err, knit.ErrTimeout) { … }
 //	var ke *knit.Error
@@ -85,6 +87,10 @@ type Error struct {
 	// on another lane instead; it fails only when it cannot be (the pool is closing, or its
 	// context ended).
 	Started bool
+	// Stack and Stderr are a process lane's own account of its crash, when it left one:
+	// the Go runtime's failure line and the crashing goroutine's stack (at most 12 frames),
+	// and the last lines of its standard error (at most 16). Never in Error().
+	Stack, Stderr []string
 }
 
 func (e *Error) Error() string {
@@ -97,16 +103,35 @@ func (e *Error) Error() string {
 	if e.Lane >= 0 {
 		fmt.Fprintf(&b, " lane %d", e.Lane)
 	}
-	if e.Message != "" {
+	msg := firstLine(e.Message)
+	if msg != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Message)
+		b.WriteString(msg)
 	}
-	if e.Cause != nil && (e.Message == "" || !strings.Contains(e.Message, e.Cause.Error())) {
-		b.WriteString(": ")
-		b.WriteString(e.Cause.Error())
+	if e.Cause != nil {
+		if c := firstLine(e.Cause.Error()); c != "" && !strings.Contains(msg, c) {
+			b.WriteString(": ")
+			b.WriteString(c)
+		}
 	}
 	return b.String()
 }
+
+// firstLine is s up to its first line break, and at most maxReason bytes: what Error()
+// shows of a message or a cause.
+func firstLine(s string) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > maxReason {
+		s = s[:maxReason] + "…"
+	}
+	return s
+}
+
+// maxReason bounds each part of Error(): a task's error text is the application's, and
+// may be long.
+const maxReason = 512
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Cause }
@@ -200,6 +225,11 @@ func fromLifecycle(le *lifecycle.Error) *Error {
 		e.Cause = fromLifecycle(c)
 	case *actors.PanicError:
 		e.Cause = panicOf(c)
+	case *lifecycle.LaneReport:
+		e.Stack, e.Stderr, e.Cause = c.Stack, c.Tail, c.Err
+		if c.Failure != "" {
+			e.Stack = append([]string{c.Failure}, c.Stack...)
+		}
 	}
 	return e
 }

@@ -548,7 +548,14 @@ func (l *lane) Settle(le *lifecycle.Error, release bool) {
 		sh.recover(l, e, release)
 	}
 	l.p.callDone()
-	l.Debug("lane ended", zap.String("code", string(e.Code)), zap.String("reason", e.Message), zap.Int("calls_settled", held))
+	fields := []zap.Field{zap.String("code", string(e.Code)), zap.String("reason", e.Message), zap.Int("calls_settled", held)}
+	if len(e.Stack) > 0 { // the lane's account of its crash: never in Error(), logged here
+		fields = append(fields, zap.Strings("stack", e.Stack))
+	}
+	if len(e.Stderr) > 0 {
+		fields = append(fields, zap.Strings("stderr", e.Stderr))
+	}
+	l.Debug("lane ended", fields...)
 }
 
 // StopRequested implements lifecycle.Rings: an idle reaper waits for the acknowledgement

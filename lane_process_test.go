@@ -563,14 +563,9 @@ func TestProcessCrashReport(t *testing.T) {
 	if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed {
 		t.Fatalf("err = %v, want WORKER_CRASHED", err)
 	}
-	msg := err.Error()
-	for _, want := range []string{"fatal error: fault", "[signal SIGSEGV", "[running]:", "tasks_test.go:"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("crash error lacks %q: %s", want, msg)
-		}
-	}
-	if strings.Contains(msg, "abortWatch") || strings.Contains(msg, "\n") {
-		t.Errorf("crash error is not the faulting goroutine on one line: %q", msg)
+	// Error() is one line a client may see (TestCrashErrorKeepsStackOut checks the fields).
+	if msg := err.Error(); !strings.Contains(msg, "fatal error: fault") || strings.Contains(msg, ".go:") {
+		t.Errorf("crash error is not one line without source paths: %q", msg)
 	}
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -691,4 +686,37 @@ func TestProcessSpareStoppedByClose(t *testing.T) {
 		t.Fatal("the stopped spare was not logged at Debug")
 	}
 	checkNoLeaks(t)
+}
+
+// TestNamedLaneBehindClosingWrapper: a Named lane behind a wrapper that closes inherited
+// descriptors boots, serves and restarts (from a spare behind the same wrapper), though the
+// Go runtime holds some of fds 3 to 5 in it by then (its cgroup files, its netpoller): the
+// lane serves from wherever its descriptors came instead of closing the runtime's files to
+// put them on 3 to 5 (replacing the netpoller's epoll descriptor is fatal at its next poll).
+// Its region is still sealed against resizing.
+func TestNamedLaneBehindClosingWrapper(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), Process: knit.ProcessConfig{
+		SharedMemory: knit.Named,
+		Prefix:       []string{"sh", "-c", `exec 3>&- 4>&- 5>&- 6>&-; exec "$@"`, "sh"},
+	}}, add, truncOwnRegion)
+	events := p.Events()
+	check := func(when string) {
+		t.Helper()
+		if sum, err := add.Call(context.Background(), p, [2]int64{40, 2}); err != nil || sum != 42 {
+			t.Fatalf("%s: call: %d, %v", when, sum, err)
+		}
+		if got, err := truncOwnRegion.Call(context.Background(), p, 0); err != nil || got != unix.EPERM.Error() {
+			t.Fatalf("%s: ftruncate of the lane's region: %q, %v; want %q", when, got, err, unix.EPERM.Error())
+		}
+	}
+	check("first boot")
+	if err := syscall.Kill(p.Stats().Lanes[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for e := range events {
+		if e.Lane == 0 && e.Incarnation == 1 && e.To == knit.StateReady {
+			break
+		}
+	}
+	check("after the restart")
 }

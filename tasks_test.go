@@ -377,7 +377,7 @@ var (
 	// truncRegion resizes the lane's own region file: on an unsealed file, a size of 0 made
 	// the host's next access to the region fault with SIGBUS.
 	truncRegion = knit.Define("test.hostile.truncate", func(_ context.Context, size int64) (string, error) {
-		return fmt.Sprint(unix.Ftruncate(lifecycle.FDRegion, size)), nil
+		return fmt.Sprint(unix.Ftruncate(lifecycle.RegionFD(), size)), nil
 	})
 	// spew writes lines to stderr as fast as it can.
 	spew = knit.Define("test.hostile.spew", func(_ context.Context, lines int) (int, error) {
@@ -1234,3 +1234,46 @@ var (
 		return x * x, nil
 	})
 )
+
+// Many tasks (task_test.go): 100,000 of them, defined only in the helper process that asks.
+// envManyTasks makes the test binary define manyTaskCount more tasks at init. KNIT_*
+// variables reach every lane, so a lane of that binary defines them the same way as its
+// host; every other run defines none, as they would cost every lane of every test their
+// init.
+const envManyTasks = "KNIT_TEST_MANY_TASKS"
+
+const manyTaskCount = 100_000
+
+var manyDefs, manyHeap = defineManyTasks()
+
+// defineManyTasks defines the many tasks when envManyTasks asks for them, and reports the
+// heap they keep, in bytes.
+func defineManyTasks() ([]knit.Definition, uint64) {
+	if os.Getenv(envManyTasks) == "" {
+		return nil, 0
+	}
+	before := liveHeapNow()
+	defs := make([]knit.Definition, manyTaskCount)
+	for i := range defs {
+		k := int64(i)
+		defs[i] = knit.Define(fmt.Sprintf("test.many.%d", i), func(_ context.Context, n int64) (int64, error) { return n + k, nil })
+	}
+	return defs, liveHeapNow() - before
+}
+
+func liveHeapNow() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// maxHeapPerTask bounds the heap a task that was never called keeps (about 500 bytes: its
+// definition, codecs and registry entries).
+const maxHeapPerTask = 2048
+
+// Named rendezvous behind a wrapper that closes descriptors (lane_process_test.go).
+// truncOwnRegion resizes the lane's region file wherever the lane holds it.
+var truncOwnRegion = knit.Define("test.fds.truncate", func(_ context.Context, size int64) (string, error) {
+	return fmt.Sprint(unix.Ftruncate(lifecycle.RegionFD(), size)), nil
+})

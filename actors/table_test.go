@@ -174,13 +174,13 @@ func TestTableAllocFull(t *testing.T) {
 	// Pretend every record of the table exists and is in flight: allocating 4 M records of
 	// real memory would prove nothing more.
 	task.Records.mu.Lock()
-	task.Records.n = maxChunks * chunkSize
+	task.Records.n = maxRecords
 	task.Records.mu.Unlock()
 	_, err := task.Records.Alloc()
 	if err == nil {
 		t.Fatal("Alloc on a full table succeeded")
 	}
-	if want := fmt.Sprintf("more than %d calls in flight on one task", maxChunks*chunkSize); !strings.Contains(err.Error(), want) {
+	if want := fmt.Sprintf("more than %d calls in flight on one task", maxRecords); !strings.Contains(err.Error(), want) {
 		t.Fatalf("full-table error %q does not say %q", err, want)
 	}
 	// A call that ends makes room again.
@@ -196,7 +196,7 @@ func TestTableGetHostileIndex(t *testing.T) {
 	task := defineTest(t, double, Options{})
 	r := startCall(t, task, context.Background(), 1, 1, 0)
 	defer releaseCall(task, r)
-	for _, id := range []uint32{r.ID + 1, chunkSize - 1, chunkSize, 5 * chunkSize, maxChunks*chunkSize - 1, maxChunks * chunkSize, 1<<32 - 1} {
+	for _, id := range []uint32{r.ID + 1, firstLevel - 1, firstLevel, 3*firstLevel - 1, 3 * firstLevel, 5000, maxRecords - 1, maxRecords, 1<<32 - firstLevel, 1<<32 - 1} {
 		if got := task.Records.Get(id); got != nil {
 			t.Errorf("Get(%d) = record %d, want nil", id, got.ID)
 		}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/bits"
 	"reflect"
 	"runtime/debug"
 	"sync"
@@ -540,12 +541,17 @@ func (r *Record[In, Out]) settled() {
 // Done receives one token when the call settles; the caller takes it before Release.
 func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
 
-// Table holds a task's records: chunked so that a record never moves and lookups by index
-// take no lock. Free records wait in a sync.Pool: a call takes one and gives it back on its
-// own P's cache, where a free list shared by every caller and lane moved one cache line
-// between cores per call (docs/benchmarks.md, "Records: a free list no caller shares").
-// The pool may drop what it holds at a garbage collection; a dropped record is still free
-// (refs word 0) and a scan of the table finds it again.
+// Table holds a task's records in levels that double in size, so that a record never moves
+// and lookups by index take no lock, and so that a task costs only as much as its calls in
+// flight ever needed: an unused task's table is the levels' pointers, nothing more, and the
+// first call makes a level of firstLevel records. (A table of 4,096 fixed chunk pointers made
+// every Define cost 40 KB of heap, 400 MB for 10,000 tasks, in the host and in every lane.)
+//
+// Free records wait in a sync.Pool: a call takes one and gives it back on its own P's cache,
+// where a free list shared by every caller and lane moved one cache line between cores per
+// call (docs/benchmarks.md, "Records: a free list no caller shares"). The pool may drop what
+// it holds at a garbage collection; a dropped record is still free (refs word 0) and a scan
+// of the table finds it again.
 type Table[In, Out any] struct {
 	task  uint32         // the task's registry index
 	def   *Task[In, Out] // the task, which a LocalLane runs its records with
@@ -553,34 +559,73 @@ type Table[In, Out any] struct {
 	mu    sync.Mutex
 	n     uint32 // under mu: records that exist
 	scan  uint32 // under mu: where the next scan for dropped records starts
-	// chunks never shrink: a record's address is stable for the table's life.
-	chunks [maxChunks]atomic.Pointer[[chunkSize]Record[In, Out]]
+	// The levels never shrink and a level is never replaced: a record's address is stable
+	// for the table's life. Level k holds firstLevel<<k records, from index
+	// firstLevel*(2^k-1). Level 0, where a task with few calls in flight finds all of them,
+	// is first, an array whose records are found with one load; levels[0] is not used.
+	first  atomic.Pointer[[firstLevel]Record[In, Out]]
+	levels [maxLevels]atomic.Pointer[[]Record[In, Out]]
 }
 
 const (
-	chunkBits = 10
-	chunkSize = 1 << chunkBits
-	maxChunks = 1 << 12 // 4 M records per task
+	firstLevelBits = 4
+	firstLevel     = 1 << firstLevelBits // records made by a task's first call
+	maxLevels      = 18
+	// maxRecords is the most records a task has: 4 M calls in flight.
+	maxRecords = firstLevel * (1<<maxLevels - 1)
 	// scanBudget bounds the records a slow Alloc looks at for one the cache dropped
 	// before it makes a new one: a table grows only while its records are mostly busy.
 	scanBudget = 64
 )
 
+// place returns the level that holds record id and its offset in it: with x = id +
+// firstLevel, level k holds the x whose highest set bit is firstLevelBits+k. One
+// count-leading-zeros instruction; id is widened so that no uint32 overflows.
+func place(id uint32) (level int, off uint64) {
+	x := uint64(id) + firstLevel
+	k := bits.Len64(x) - 1 - firstLevelBits
+	return k, x - firstLevel<<k
+}
+
 // Get returns record id, or nil when id names none (a hostile or stale index).
 func (t *Table[In, Out]) Get(id uint32) *Record[In, Out] {
-	c := id >> chunkBits
-	if c >= maxChunks {
-		return nil
+	var r *Record[In, Out]
+	if id < firstLevel { // a typed array: one load, as a table of fixed chunks took
+		lv := t.first.Load()
+		if lv == nil {
+			return nil
+		}
+		r = &lv[id]
+	} else {
+		k, off := place(id)
+		if k >= maxLevels {
+			return nil
+		}
+		lv := t.levels[k].Load()
+		if lv == nil {
+			return nil
+		}
+		r = &(*lv)[off]
 	}
-	chunk := t.chunks[c].Load()
-	if chunk == nil {
-		return nil
-	}
-	r := &chunk[id&(chunkSize-1)]
 	if r.done == nil {
 		return nil
 	}
 	return r
+}
+
+// at returns record id, made or not, or nil if its level is not; under mu.
+func (t *Table[In, Out]) at(id uint32) *Record[In, Out] {
+	if id < firstLevel {
+		if lv := t.first.Load(); lv != nil {
+			return &lv[id]
+		}
+		return nil
+	}
+	k, off := place(id)
+	if lv := t.levels[k].Load(); lv != nil {
+		return &(*lv)[off]
+	}
+	return nil
 }
 
 // Alloc takes a free record.
@@ -601,20 +646,18 @@ func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
 	if r := t.scanLocked(scanBudget); r != nil {
 		return r, nil
 	}
-	if t.n >= maxChunks*chunkSize {
+	if t.n >= maxRecords {
 		// Every record exists: a free one, if any, is somewhere the budget did not reach.
 		if r := t.scanLocked(t.n); r != nil {
 			return r, nil
 		}
-		return nil, fmt.Errorf("knit: more than %d calls in flight on one task", maxChunks*chunkSize)
+		return nil, fmt.Errorf("knit: more than %d calls in flight on one task", maxRecords)
 	}
-	c := t.n >> chunkBits
-	chunk := t.chunks[c].Load()
-	if chunk == nil {
-		chunk = new([chunkSize]Record[In, Out])
-		t.chunks[c].Store(chunk)
+	r := t.at(t.n)
+	if r == nil {
+		t.grow(t.n)
+		r = t.at(t.n)
 	}
-	r := &chunk[t.n&(chunkSize-1)]
 	r.ID, r.table = t.n, t
 	r.link.call = r
 	r.Lane.Store(-1)
@@ -623,6 +666,17 @@ func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
 	r.done = make(chan struct{}, 1) // last: Get sees the record from here on
 	t.n++
 	return r, nil
+}
+
+// grow makes the level that holds record id; under mu.
+func (t *Table[In, Out]) grow(id uint32) {
+	k, _ := place(id)
+	if k == 0 {
+		t.first.Store(new([firstLevel]Record[In, Out]))
+		return
+	}
+	recs := make([]Record[In, Out], firstLevel<<k)
+	t.levels[k].Store(&recs)
 }
 
 // scanLocked looks at up to budget records, from where the last scan stopped, for free ones
@@ -634,12 +688,12 @@ func (t *Table[In, Out]) scanLocked(budget uint32) *Record[In, Out] {
 		if t.scan >= t.n {
 			t.scan = 0
 		}
-		chunk := t.chunks[t.scan>>chunkBits].Load()
-		if chunk == nil { // only where a test pretends the table is larger than it is
-			t.scan = (t.scan>>chunkBits + 1) << chunkBits
+		r := t.at(t.scan)
+		if r == nil { // only where a test pretends the table is larger than it is
+			k, _ := place(t.scan)
+			t.scan = firstLevel * (1<<(k+1) - 1)
 			continue
 		}
-		r := &chunk[t.scan&(chunkSize-1)]
 		t.scan++
 		switch {
 		case r.done == nil || !r.refs.free(): // (a record not made yet: as above)

@@ -14,10 +14,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/knitgo/knit"
@@ -38,32 +38,60 @@ import (
 //	/stats     Stats as JSON, its lanes with their processes' resident memory (RSS)
 //	/lanes     the lanes alone
 //	/events    the pool's recent lifecycle events (the last 256), ?since=N for those after N
-//	/config    the pool's configuration, without its logger, actor system, callbacks or
-//	           the values of Process.Env
+//	/config    the pool's configuration, without its logger, actor system or callbacks,
+//	           and with its secrets redacted (see RevealSecrets)
 //	/snapshot  stats and events in one JSON object: one message of the stream
 //	/stream    server-sent events: a snapshot at once, then on every lifecycle event and
-//	           every ?interval (default 1s, at least 100ms)
+//	           every ?interval (default 1s, at least 100ms); each message's id is the
+//	           number of the last event it carries, and a stream opened with Last-Event-ID
+//	           (or ?since=N) carries only the events after it
 //
 // The inspector reads what Stats reads and the events the supervisor emits; it never holds
-// a lock of the pool while it writes to a client. A stream ends when its client goes away
-// and when the pool is closed (after a last snapshot); a client that stops reading for 10s
-// is dropped. At most 64 streams run at once. An http.Server's Shutdown waits for streams
-// to end: close the pool first, or use Server.Close.
+// a lock of the pool while it writes to a client.
+//
+// A stream lasts at most 10s. Its write deadline is set once, when it opens, so a client
+// that stops reading holds it 10s at most, however much of the stream the kernels' socket
+// buffers absorb (megabytes: they would hold a stream of one message a second for many
+// minutes). Shortly before the deadline the server ends the stream; its first message asks
+// the client to reconnect at once ("retry: 250"), and an EventSource does, sending
+// Last-Event-ID, so that a reader that keeps reading sees one unbroken stream. A stream also
+// ends when its client goes away and when the pool is closed (after a last snapshot).
+//
+// At most 64 streams run at once. One more does not wait and is not refused: it ends the
+// oldest stream (which is at most 10s old, and reconnects if its client still reads), so
+// that clients that stopped reading, or too many pages left open, never lock an operator
+// out. The JSON endpoints are never refused. An http.Server's Shutdown waits for streams to
+// end (10s at most): close the pool first to end them at once, or use Server.Close.
 //
 // The inspector shows task names, pids, error reasons and configuration: serve it only
-// where operators, not the public, can reach it.
-func Handler(p *knit.Pool) http.Handler {
+// where operators, not the public, can reach it. /config redacts what may be secret: the
+// values of Process.Env (it shows their names), and the values of environment assignments
+// (NAME=value, and bwrap's --setenv NAME value) in Process.Prefix, such as the TOKEN of
+// {"env", "TOKEN=...", ...}. Handler(p, RevealSecrets()) shows them.
+func Handler(p *knit.Pool, opts ...Option) http.Handler {
 	if p == nil {
 		panic("inspect.Handler: nil pool")
 	}
-	return &inspector{p: p, name: p.Name()}
+	in := &inspector{p: p, name: p.Name()}
+	for _, o := range opts {
+		o(in)
+	}
+	return in
 }
+
+// An Option changes what a Handler serves.
+type Option func(*inspector)
+
+// RevealSecrets makes /config show Process.Env and Process.Prefix as they are, secrets
+// included. Any client that reaches the inspector can then read them.
+func RevealSecrets() Option { return func(in *inspector) { in.reveal = true } }
 
 //go:embed ui/inspector.html
 var inspectorPage []byte
 
 const (
 	inspectMaxStreams  = 64
+	inspectRetry       = 250 * time.Millisecond // how soon a client reconnects to a stream that ended
 	inspectInterval    = time.Second
 	inspectMinInterval = 100 * time.Millisecond
 	inspectMaxInterval = time.Minute
@@ -71,14 +99,24 @@ const (
 	inspectStatsMaxAge = 100 * time.Millisecond // a snapshot of Stats serves streams this long
 )
 
-// inspectWriteTimeout bounds each write of a stream: a client that reads nothing for it is
-// dropped. A variable for tests.
+// inspectWriteTimeout is a stream's life: its write deadline, set when it opens. A variable
+// for tests.
 var inspectWriteTimeout = 10 * time.Second
 
+// inspectEndMargin is how long before its deadline a stream ends itself: a write that
+// starts after it might not finish in time.
+const inspectEndMargin = 500 * time.Millisecond
+
 type inspector struct {
-	p       *knit.Pool
-	name    string
-	streams atomic.Int32
+	p      *knit.Pool
+	name   string
+	reveal bool // RevealSecrets
+
+	smu     sync.Mutex
+	streams []*streamSlot // the open streams, oldest first
+	// started and ended, when set, are told of every stream that opens and every one that
+	// ends (tests).
+	started, ended func()
 
 	mu       sync.Mutex
 	stats    json.RawMessage // the last Stats snapshot, encoded
@@ -156,7 +194,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Missed uint64 `json:",omitempty"`
 		}{nonNil(events), missed})
 	case "config":
-		writeJSON(w, configView(in.p.Config()))
+		writeJSON(w, configView(in.p.Config(), in.reveal))
 	case "snapshot":
 		since, err := parseSince(r)
 		if err != nil {
@@ -262,9 +300,74 @@ func (in *inspector) snapshot(since uint64, final bool) (inspectSnapshot, uint64
 		Events: nonNil(events), Missed: missed, Final: final}, last
 }
 
-// stream serves server-sent events until the client goes away, stops reading, or the pool
-// is closed. Every message is a fresh snapshot: a slow client gets fewer of them, never a
-// queue; nothing of the pool is locked while a message is written.
+// streamSlot is one open stream, as the others see it: one that opens when all slots are
+// taken ends the oldest.
+type streamSlot struct {
+	opened time.Time
+	evict  chan struct{} // closed when a newer stream takes the slot
+
+	mu   sync.Mutex
+	rc   *http.ResponseController
+	done bool // the stream's handler is leaving: its deadline is no longer anyone else's
+}
+
+// open takes a slot for a stream, ending the oldest stream if every slot is taken.
+func (in *inspector) open(rc *http.ResponseController) *streamSlot {
+	s := &streamSlot{opened: time.Now(), evict: make(chan struct{}), rc: rc}
+	in.smu.Lock()
+	var oldest *streamSlot
+	if len(in.streams) >= inspectMaxStreams {
+		oldest = in.streams[0]
+		in.streams = in.streams[1:]
+	}
+	in.streams = append(in.streams, s)
+	started := in.started
+	in.smu.Unlock()
+	if oldest != nil {
+		oldest.end()
+	}
+	if started != nil {
+		started()
+	}
+	return s
+}
+
+// release gives s's slot back, if a newer stream has not taken it.
+func (in *inspector) release(s *streamSlot) {
+	in.smu.Lock()
+	defer in.smu.Unlock()
+	for i, o := range in.streams {
+		if o == s {
+			in.streams = append(in.streams[:i], in.streams[i+1:]...)
+			return
+		}
+	}
+}
+
+// end ends the stream at once: between messages it sees evict; a write it is blocked in
+// fails at the deadline end moves to now.
+func (s *streamSlot) end() {
+	close(s.evict)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		_ = s.rc.SetWriteDeadline(time.Now())
+	}
+}
+
+// leave clears the stream's deadline, so that a connection the client reuses does not keep
+// it; after leave, end no longer touches the deadline.
+func (s *streamSlot) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	_ = s.rc.SetWriteDeadline(time.Time{})
+}
+
+// stream serves server-sent events until the client goes away or stops reading, the pool
+// is closed, a newer stream takes its slot, or its life (inspectWriteTimeout) is nearly
+// over. Every message is a fresh snapshot: a slow client gets fewer of them, never a queue;
+// nothing of the pool is locked while a message is written.
 func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 	interval := inspectInterval
 	if s := r.URL.Query().Get("interval"); s != "" {
@@ -275,23 +378,39 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		interval = min(max(d, inspectMinInterval), inspectMaxInterval)
 	}
-	if in.streams.Add(1) > inspectMaxStreams {
-		in.streams.Add(-1)
-		http.Error(w, "too many inspector streams", http.StatusServiceUnavailable)
+	seq, err := parseSince(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	defer in.streams.Add(-1)
-	rc := http.NewResponseController(w)
-	// A connection the browser reuses must not keep the last message's deadline.
-	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	if id, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
+		seq = id // an EventSource reconnecting: on from where it was
+	}
+	if last, _ := in.p.LastEvent(); seq > last {
+		seq = 0 // an id this pool has not reached: the client saw another pool
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no") // proxies that buffer would hold the stream back
-	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
+		w.WriteHeader(http.StatusOK)
 		return
 	}
+	rc := http.NewResponseController(w)
+	// One deadline for the whole stream: a deadline renewed at every write would never
+	// pass while the socket buffers absorb what the client does not read.
+	deadline := time.Now().Add(inspectWriteTimeout)
+	_ = rc.SetWriteDeadline(deadline) // unsupported: the stream still ends at its life's end
+	if in.ended != nil {
+		defer in.ended() // last: the slot is given back by then
+	}
+	slot := in.open(rc)
+	defer in.release(slot)
+	defer slot.leave()
+	w.WriteHeader(http.StatusOK)
 
+	life := time.NewTimer(time.Until(deadline) - inspectEndMargin)
+	defer life.Stop()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var gap *time.Timer
@@ -300,22 +419,27 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 			gap.Stop()
 		}
 	}()
-	var seq uint64
+	retry := fmt.Sprintf("retry: %d\n", inspectRetry.Milliseconds())
 	for {
 		_, changed := in.p.LastEvent() // before the snapshot: no event falls between
 		final := isClosed(in.p.Closed())
 		var snap inspectSnapshot
 		snap, seq = in.snapshot(seq, final)
 		sent := time.Now()
-		if err := writeEvent(rc, w, seq, snap); err != nil {
+		if err := writeEvent(rc, w, retry, seq, snap); err != nil {
 			return // the client went away or stopped reading
 		}
+		retry = ""
 		if final {
 			return
 		}
 		select {
 		case <-r.Context().Done():
 			return
+		case <-slot.evict:
+			return
+		case <-life.C:
+			return // the client reconnects (retry) with Last-Event-ID
 		case <-in.p.Closed():
 		case <-tick.C:
 		case <-changed:
@@ -330,6 +454,8 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 				select {
 				case <-r.Context().Done():
 					return
+				case <-slot.evict:
+					return
 				case <-gap.C:
 				}
 			}
@@ -339,15 +465,15 @@ func (in *inspector) stream(w http.ResponseWriter, r *http.Request) {
 
 var errNoFlush = errors.New("knit inspector: the response cannot be flushed")
 
-// writeEvent writes one server-sent event and flushes it, within inspectWriteTimeout.
-func writeEvent(rc *http.ResponseController, w http.ResponseWriter, id uint64, v any) error {
+// writeEvent writes one server-sent event, after the retry field if any, and flushes it,
+// within the stream's deadline.
+func writeEvent(rc *http.ResponseController, w http.ResponseWriter, retry string, id uint64, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_ = rc.SetWriteDeadline(time.Now().Add(inspectWriteTimeout)) // unsupported: write without
 	// A JSON encoding holds no newline, so it is one data line.
-	if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", id, b); err != nil {
+	if _, err := fmt.Fprintf(w, "%sid: %d\ndata: %s\n\n", retry, id, b); err != nil {
 		return err
 	}
 	if err := rc.Flush(); err != nil {
@@ -361,7 +487,9 @@ func writeEvent(rc *http.ResponseController, w http.ResponseWriter, id uint64, v
 
 // inspectConfig is what the inspector shows of a Config: the effective values (defaults
 // filled in), durations as text, and nothing that is code, a handle or possibly a secret —
-// no logger, actor system, parent or callback, and of Process.Env only the names.
+// no logger, actor system, parent or callback; of Process.Env only the names, and
+// Process.Prefix with the values of its environment assignments redacted (unless
+// RevealSecrets).
 type inspectConfig struct {
 	Lanes            int
 	Runtime          knit.Runtime
@@ -397,7 +525,7 @@ type inspectRestart struct {
 
 type inspectProcessConfig struct {
 	Command      []string // empty: this executable
-	Prefix       []string `json:",omitempty"`
+	Prefix       []string `json:",omitempty"` // environment assignments redacted
 	Env          []string `json:",omitempty"` // names only
 	SharedMemory string
 	Spares       int
@@ -405,7 +533,7 @@ type inspectProcessConfig struct {
 
 var balancerNames = [...]string{"least-loaded", "round-robin", "first-idle", "random", "first-idle-or-random"}
 
-func configView(c knit.Config) inspectConfig {
+func configView(c knit.Config, reveal bool) inspectConfig {
 	rp := c.Restart.WithDefaults()
 	v := inspectConfig{
 		Lanes: c.Lanes, Runtime: c.Runtime, Balancer: fmt.Sprintf("balancer(%d)", int(c.Balancer)),
@@ -438,13 +566,45 @@ func configView(c knit.Config) inspectConfig {
 		v.Parent = c.Parent.String()
 	}
 	if c.Runtime == knit.Process {
-		pc := &inspectProcessConfig{Command: c.Process.Command, Prefix: c.Process.Prefix,
+		pc := &inspectProcessConfig{Command: c.Process.Command, Prefix: c.Process.Prefix, Env: c.Process.Env,
 			SharedMemory: c.Process.SharedMemory.String(), Spares: c.Process.Spares}
-		for _, e := range c.Process.Env {
-			name, _, _ := strings.Cut(e, "=")
-			pc.Env = append(pc.Env, name)
+		if !reveal {
+			pc.Prefix = redactPrefix(c.Process.Prefix)
+			pc.Env = nil
+			for _, e := range c.Process.Env {
+				name, _, _ := strings.Cut(e, "=")
+				pc.Env = append(pc.Env, name)
+			}
 		}
 		v.Process = pc
 	}
 	return v
+}
+
+// redacted replaces a secret's value in /config.
+const redacted = "[redacted]"
+
+// assignment matches an environment assignment NAME=value inside an argument: at its start,
+// after white space (a shell command: sh -c "TOKEN=... exec lane") or after another = (an
+// option: systemd-run --setenv=TOKEN=...). The value runs to white space; quoted, to its
+// closing quote.
+var assignment = regexp.MustCompile(`(^|[\s=])([A-Za-z_][A-Za-z0-9_]*)=('[^']*'?|"[^"]*"?|[^\s'"]*)`)
+
+// redactPrefix is prefix with the values of its environment assignments redacted: those of
+// env, sudo, docker -e, systemd-run --setenv and a shell's NAME=value words, and bwrap's
+// --setenv NAME value. A wrapper that takes a secret another way shows it: put secrets in
+// Process.Env, whose values /config never shows.
+func redactPrefix(prefix []string) []string {
+	if prefix == nil {
+		return nil
+	}
+	out := make([]string, len(prefix))
+	for i, a := range prefix {
+		if i >= 2 && prefix[i-2] == "--setenv" { // bwrap --setenv NAME value
+			out[i] = redacted
+			continue
+		}
+		out[i] = assignment.ReplaceAllString(a, "${1}${2}="+redacted)
+	}
+	return out
 }

@@ -384,3 +384,23 @@ func TestInspectorStreamEndsOnClose(t *testing.T) {
 		t.Fatalf("after the final message: %v, want EOF", err)
 	}
 }
+
+// /config does not show a secret passed to the lanes through the prefix (env TOKEN=...) or
+// Process.Env; RevealSecrets shows both.
+func TestInspectorConfigRedactsSecrets(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Process: knit.ProcessConfig{
+		Prefix: []string{"env", "TOKEN=secret"}, Env: []string{"KNIT_TEST_KEY=hunter2"}}})
+	srv := httptest.NewServer(inspect.Handler(p))
+	defer srv.Close()
+	_, cfg := get(t, srv.URL+"/config")
+	if strings.Contains(string(cfg), "secret") || strings.Contains(string(cfg), "hunter2") ||
+		!strings.Contains(string(cfg), `"Prefix":["env","TOKEN=[redacted]"]`) || !strings.Contains(string(cfg), `"Env":["KNIT_TEST_KEY"]`) {
+		t.Fatalf("config: %s", cfg)
+	}
+	open := httptest.NewServer(inspect.Handler(p, inspect.RevealSecrets()))
+	defer open.Close()
+	_, cfg = get(t, open.URL+"/config")
+	if !strings.Contains(string(cfg), `"Prefix":["env","TOKEN=secret"]`) || !strings.Contains(string(cfg), `"Env":["KNIT_TEST_KEY=hunter2"]`) {
+		t.Fatalf("config with RevealSecrets: %s", cfg)
+	}
+}

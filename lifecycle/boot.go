@@ -2,15 +2,19 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/fds"
 	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/internal/shm"
@@ -22,7 +26,14 @@ import (
 
 // Environment of a lane process.
 const (
-	EnvBoot = "KNIT_BOOT" // the boot record, JSON
+	// EnvBoot holds the boot record's settings, JSON: Boot without its tasks (or, should
+	// those be over maxBootEnv, only its version, lane, incarnation and rendezvous), so that
+	// code that runs in a lane before knit.Main, in init, can tell which lane it is. Serve
+	// sets it to the whole settings once booted (a spare has none before). The record itself
+	// (EncodeBoot) is on FDBoot, or at the rendezvous named in the settings' shm: the kernel
+	// refuses an exec whose environment has a string over 128 KiB, which a table of 2,000
+	// tasks was.
+	EnvBoot = "KNIT_BOOT"
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
 	// It waits on FDRegion, a unix socket, for its record and descriptors (see Launcher.Assign).
@@ -31,11 +42,18 @@ const (
 	EnvSpare = "KNIT_SPARE"
 )
 
+// maxBootEnv bounds the settings EnvBoot carries: far below the kernel's 128 KiB for one
+// environment string.
+const maxBootEnv = 16 << 10
+
 // Inherited descriptors of a lane process (exec.Cmd.ExtraFiles start at 3).
 const (
 	FDRegion = 3 // the region's memfd (SharedMemory Inherit)
 	FDDone   = 4 // the completion doorbell's eventfd
 	FDSteal  = 5 // a stealing pool's shared submit ring (Boot.Steal)
+	// FDBoot is the boot record (a sealed memfd) of a lane that inherits its descriptors.
+	// The lane closes it once read.
+	FDBoot = 6
 )
 
 // BootTask names one task the host serves, at the host's registry index.
@@ -45,13 +63,13 @@ type BootTask struct {
 	Fingerprint uint64 `json:"fp"`
 }
 
-// Boot is the record a host passes to a lane process in EnvBoot.
+// Boot is the record a host passes to a lane process (EncodeBoot, EnvBoot).
 type Boot struct {
 	Version     uint32     `json:"version"`
 	Lane        uint32     `json:"lane"`
 	Incarnation uint32     `json:"incarnation"`
-	Shm         string     `json:"shm,omitempty"` // a rendezvous (shm.Collect); empty: inherited fds
-	Tasks       []BootTask `json:"tasks"`
+	Shm         string     `json:"shm,omitempty"` // a rendezvous (shm.CollectUpTo) for the record and descriptors; empty: inherited
+	Tasks       []BootTask `json:"-"`             // in the record's binary task table (EncodeBoot)
 	MaxCall     int        `json:"max_call"`
 	Spin        int64      `json:"spin_ns"`
 	Park        int64      `json:"park_ns"`
@@ -96,23 +114,30 @@ func IsLane() bool { return os.Getenv(EnvLane) != "" }
 // "panic: ..." text), so that the stderr tail of a startup failure or crash report reads the
 // same whether or not the host parses the JSON lines.
 func Serve(h Hooks) int {
-	if os.Getenv(EnvSpare) != "" {
-		switch err := awaitAssignment(); {
-		case errors.Is(err, errNotNeeded):
-			return ExitStopped
-		case err != nil:
-			fmt.Fprintf(os.Stderr, "knit lane: spare: %v\n", err)
-			return ExitBoot
-		}
+	record, at, err := receiveBoot()
+	if errors.Is(err, errNotNeeded) {
+		return ExitStopped
 	}
-	b, bootErr := ParseBoot([]byte(os.Getenv(EnvBoot)))
+	var b Boot
+	recvErr, bootErr := err, error(nil)
+	if err == nil {
+		b, bootErr = DecodeBoot(record)
+	}
 	root := logging.LaneLogger(os.Stderr, int(b.Lane), int(b.Incarnation), os.Getpid(),
 		time.Unix(0, b.Epoch), logging.ParseDebug(b.Debug))
 	log := root.Named(logging.Lifecycle)
-	if bootErr != nil {
+	switch {
+	case recvErr != nil:
+		log.Error("no boot record", zap.Error(recvErr))
+		fmt.Fprintf(os.Stderr, "knit lane: %v\n", recvErr)
+		return ExitBoot
+	case bootErr != nil:
 		log.Error("bad boot record", zap.Error(bootErr))
 		fmt.Fprintf(os.Stderr, "knit lane: bad boot record: %v\n", bootErr)
 		return ExitBoot
+	}
+	if settings, err := bootEnv(b, 0); err == nil {
+		_ = os.Setenv(EnvBoot, settings) // the whole settings, for the lane's tasks
 	}
 	log.Debug("lane booting", zap.Uint32("version", b.Version), zap.Int("tasks", len(b.Tasks)),
 		zap.Bool("named_shm", b.Shm != ""))
@@ -124,10 +149,11 @@ func Serve(h Hooks) int {
 	if err := applyLimits(b.Limits, b.Lane, log); err != nil {
 		return bootFailed(fmt.Errorf("applying its resource limits: %w", err))
 	}
-	mp, err := mapRegion(b)
+	mp, err := shm.MapFile(os.NewFile(uintptr(at.region), "knit-region"))
 	if err != nil {
 		return bootFailed(err)
 	}
+	regionFD.Store(int32(at.region))
 	// The mapping stays until the process exits: the host unmaps its side only then. Its
 	// file stays reachable too, or the *os.File's finalizer would close the region's
 	// descriptor under the lane at some garbage collection.
@@ -174,11 +200,14 @@ func Serve(h Hooks) int {
 	if err := applySandbox(b.Sandbox, log); err != nil {
 		return fail("%v", err)
 	}
-	done := futex.EventFDFromFile(os.NewFile(FDDone, "knit-done"))
+	done := futex.EventFDFromFile(os.NewFile(uintptr(at.done), "knit-done"))
 	var cons *steal.Consumer
 	var sharedAborts fastpath.Bitmap
 	if b.Steal {
-		smp, err := shm.MapFile(os.NewFile(FDSteal, "knit-steal"))
+		if at.steal < 0 {
+			return fail("shared submit ring: the host sent none")
+		}
+		smp, err := shm.MapFile(os.NewFile(uintptr(at.steal), "knit-steal"))
 		if err != nil {
 			return fail("shared submit ring: %v", err)
 		}
@@ -242,29 +271,139 @@ func Serve(h Hooks) int {
 	return ExitStopped
 }
 
-// mapRegion maps the region the host made for this lane. With a rendezvous name in the boot
-// record (SharedMemory Named: a wrapper may have closed inherited descriptors) the lane first
-// collects the region's memfd and the completion eventfd from the host's socket and puts
-// them on FDRegion and FDDone, where an inheriting lane finds them.
-func mapRegion(b Boot) (*shm.Mapping, error) {
-	if b.Shm != "" {
-		fds := []int{FDRegion, FDDone}
-		if b.Steal {
-			fds = append(fds, FDSteal)
+// regionFD is where the lane's region is open (RegionFD).
+var regionFD atomic.Int32
+
+func init() { regionFD.Store(-1) }
+
+// RegionFD is the descriptor a lane process's region is open at, once Serve has mapped it
+// (-1 before, and in a host): FDRegion, unless the lane received its descriptors at run time
+// and the Go runtime held that number already (SharedMemory Named behind a wrapper that
+// closes inherited descriptors; see placeFDs).
+func RegionFD() int { return int(regionFD.Load()) }
+
+// laneFDs are where a lane's descriptors are: FDRegion, FDDone and FDSteal, unless the
+// lane received them at run time (a spare, or SharedMemory Named) and one of those numbers
+// belonged to something else (see placeFDs).
+type laneFDs struct{ region, done, steal int }
+
+var inheritedFDs = laneFDs{FDRegion, FDDone, FDSteal}
+
+// receiveBoot returns the lane's boot record, with its descriptors in place: a spare waits
+// for its assignment, a lane whose settings name a rendezvous (SharedMemory Named) collects
+// them there, and a lane that inherited them finds the record on FDBoot.
+func receiveBoot() ([]byte, laneFDs, error) {
+	if os.Getenv(EnvSpare) != "" {
+		record, at, err := awaitAssignment()
+		if err != nil && !errors.Is(err, errNotNeeded) {
+			err = fmt.Errorf("spare: %w", err)
 		}
-		files, err := shm.Collect(b.Shm, len(fds))
-		if err != nil {
-			return nil, err
+		return record, at, err
+	}
+	env := os.Getenv(EnvBoot)
+	if env == "" {
+		return nil, laneFDs{}, fmt.Errorf("no %s: this process was not started by a knit host", EnvBoot)
+	}
+	var where struct {
+		Shm string `json:"shm"`
+	}
+	if err := json.Unmarshal([]byte(env), &where); err != nil {
+		return nil, laneFDs{}, fmt.Errorf("%s: %w", EnvBoot, err)
+	}
+	if where.Shm == "" {
+		record, err := readBoot(FDBoot)
+		return record, inheritedFDs, err
+	}
+	// A wrapper may have closed inherited descriptors: the record and the others come from
+	// the host's socket. The host put the record's file on 3 to 5 too, to keep those
+	// numbers for them, in case the wrapper lets them through.
+	files, err := shm.CollectUpTo(where.Shm, 4)
+	if err != nil {
+		return nil, laneFDs{}, err
+	}
+	raw := make([]int, len(files))
+	for i, f := range files {
+		if raw[i], err = unix.Dup(int(f.Fd())); err != nil { // a number no *os.File will close
+			raw[i] = -1
 		}
-		for i, fd := range fds {
-			err := unix.Dup3(int(files[i].Fd()), fd, 0)
-			files[i].Close()
-			if err != nil {
-				return nil, fmt.Errorf("knit lane: placing descriptor %d: %w", fd, err)
-			}
+		f.Close()
+	}
+	if slices.Contains(raw, -1) {
+		closeAll(raw)
+		return nil, laneFDs{}, fmt.Errorf("taking the descriptors from the rendezvous: %w", err)
+	}
+	record, at, err := placeFDs(raw, fds.ID{}) // the record's own file, below
+	return record, at, err
+}
+
+// bootEnv is the value of EnvBoot for b: its settings in JSON, or, over max bytes (0: no
+// bound), the part of them that says which lane it is and where its record is.
+func bootEnv(b Boot, max int) (string, error) {
+	settings, err := json.Marshal(b)
+	if err != nil {
+		return "", err
+	}
+	if max > 0 && len(settings) > max {
+		settings, err = json.Marshal(Boot{Version: b.Version, Lane: b.Lane, Incarnation: b.Incarnation, Shm: b.Shm})
+	}
+	return string(settings), err
+}
+
+// readBoot reads the boot record from fd and closes it: a task never finds it open.
+func readBoot(fd int) ([]byte, error) {
+	f := os.NewFile(uintptr(fd), "knit-boot")
+	defer f.Close()
+	record, err := shm.ReadSealed(f, MaxBootRecord)
+	if err != nil {
+		return nil, fmt.Errorf("reading the boot record: %w", err)
+	}
+	return record, nil
+}
+
+// placeFDs takes what a host sends a lane that cannot inherit: the boot record, the region,
+// the completion eventfd and perhaps a shared submit ring, in that order. It reads the record
+// and closes it, then moves the others to FDRegion, FDDone and FDSteal, over the host's
+// placeholders there (ours, and the record's own file, which a host puts there for a lane
+// it starts) or onto the number if it is free. A number the Go runtime took before the lane
+// could (its cgroup files, the netpoller's epoll descriptor: the lowest free numbers of a
+// process whose wrapper closed the placeholders) is not taken from it: the descriptor stays
+// where the kernel put it, and the lane serves from there. Placeholders left over are closed.
+func placeFDs(raw []int, ours ...fds.ID) ([]byte, laneFDs, error) {
+	if len(raw) < 3 || len(raw) > 4 {
+		closeAll(raw)
+		return nil, laneFDs{}, fmt.Errorf("%d descriptors from the host, want 3 or 4", len(raw))
+	}
+	if id, ok := fds.Of(raw[0]); ok {
+		ours = append(ours, id)
+	}
+	record, err := readBoot(raw[0])
+	if err != nil {
+		closeAll(raw[1:])
+		return nil, laneFDs{}, err
+	}
+	at := []int{-1, -1, -1}
+	targets := []int{FDRegion, FDDone, FDSteal}
+	for i, fd := range raw[1:] {
+		if at[i], err = fds.Place(fd, targets[i], ours...); err != nil {
+			closeAll(at[:i])
+			closeAll(raw[i+1:])
+			return nil, laneFDs{}, err
 		}
 	}
-	return shm.MapFile(os.NewFile(FDRegion, "knit-region"))
+	for i, t := range targets {
+		if at[i] != t {
+			fds.Drop(t, ours...)
+		}
+	}
+	return record, laneFDs{region: at[0], done: at[1], steal: at[2]}, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // resolveTasks maps the host's registry indices to this binary's tasks, checking that each
@@ -280,11 +419,14 @@ func resolveTasks(want []BootTask) ([]actors.Def, error) {
 			return nil, fmt.Errorf("task %q fingerprint mismatch: host %#x, lane %#x (different In/Out types)",
 				bt.Name, bt.Fingerprint, d.Fingerprint())
 		}
-		if bt.Index > 1<<16 {
+		if bt.Index >= MaxTaskIndex {
 			return nil, fmt.Errorf("task %q index %d out of range", bt.Name, bt.Index)
 		}
-		for int(bt.Index) >= len(tasks) {
-			tasks = append(tasks, nil)
+		if int(bt.Index) >= len(tasks) {
+			tasks = slices.Grow(tasks, int(bt.Index)+1-len(tasks))[:bt.Index+1]
+		}
+		if tasks[bt.Index] != nil {
+			return nil, fmt.Errorf("tasks %q and %q both at index %d", tasks[bt.Index].Name(), bt.Name, bt.Index)
 		}
 		tasks[bt.Index] = d
 	}
@@ -426,57 +568,77 @@ func (w *abortWatch) stop() {
 // errNotNeeded is a spare's host closing its socket: the spare was never needed.
 var errNotNeeded = errors.New("not needed")
 
-// awaitAssignment makes a spare a lane: it waits for its assignment (Launcher.Assign) and
-// puts the record and descriptors where a lane started directly finds them (EnvBoot,
-// FDRegion, FDDone).
-func awaitAssignment() error {
+// placeholderText is the content of the sealed file a host puts on fds 3 to 5 of a spare
+// that connects for its socket (SharedMemory Named), to keep those numbers for the
+// descriptors it will send: a file a spare can tell from any the Go runtime opened there.
+const placeholderText = "knit: descriptor number kept for a lane"
+
+// awaitAssignment makes a spare a lane: it waits for its assignment (Launcher.Assign) —
+// the boot record, the region, the completion eventfd and perhaps a shared submit ring, as
+// descriptors — puts the descriptors where a lane started directly finds them (placeFDs)
+// and returns the record. The socket is on FDRegion, and the host put it on FDDone and
+// FDSteal too, to keep those numbers for the descriptors to come; with SharedMemory Named,
+// the spare connects for it and puts it on FDRegion, over the host's placeholder there or if
+// the number is free.
+func awaitAssignment() ([]byte, laneFDs, error) {
+	sock := FDRegion
+	var ours []fds.ID
 	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
+		if shm.IsSealedWith(FDRegion, []byte(placeholderText)) {
+			id, _ := fds.Of(FDRegion)
+			ours = append(ours, id)
+		}
 		conn, err := shm.Dial(name)
 		if err != nil {
-			return fmt.Errorf("connecting to the host: %w", err)
+			return nil, laneFDs{}, fmt.Errorf("connecting to the host: %w", err)
 		}
-		err = unix.Dup3(int(conn.Fd()), FDRegion, 0)
+		fd, err := unix.Dup(int(conn.Fd()))
 		conn.Close()
 		if err != nil {
-			return err
+			return nil, laneFDs{}, err
+		}
+		if sock, err = fds.Place(fd, FDRegion, ours...); err != nil {
+			unix.Close(fd)
+			return nil, laneFDs{}, err
 		}
 	}
+	sockID, _ := fds.Of(sock)
+	ours = append(ours, sockID)
 	// Tell the host this process is initialised: from now on taking it costs one message.
-	if _, err := unix.Write(FDRegion, []byte{1}); err != nil {
-		return fmt.Errorf("reporting ready: %w", err)
+	if _, err := unix.Write(sock, []byte{1}); err != nil {
+		return nil, laneFDs{}, fmt.Errorf("reporting ready: %w", err)
 	}
-	buf := make([]byte, 1<<20)
-	oob := make([]byte, unix.CmsgSpace(3*4))
+	buf := make([]byte, 16)
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	var n, oobn int
 	var err error
 	for {
-		n, oobn, _, _, err = unix.Recvmsg(FDRegion, buf, oob, 0)
+		n, oobn, _, _, err = unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
 			break
 		}
 	}
 	switch {
 	case err != nil:
-		return fmt.Errorf("reading the assignment: %w", err)
+		return nil, laneFDs{}, fmt.Errorf("reading the assignment: %w", err)
 	case n == 0 && oobn == 0:
-		return errNotNeeded
+		return nil, laneFDs{}, errNotNeeded
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return fmt.Errorf("assignment without descriptors (%v)", err)
+		return nil, laneFDs{}, fmt.Errorf("assignment without descriptors (%v)", err)
 	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 2 && len(fds) != 3 {
-		return fmt.Errorf("assignment with %d descriptors (%v)", len(fds), err)
+	raw, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		closeAll(raw)
+		return nil, laneFDs{}, fmt.Errorf("assignment with bad descriptors: %w", err)
 	}
-	// The region replaces the socket on FDRegion; the eventfd goes on FDDone, a shared
-	// ring on FDSteal.
-	for i, to := range []int{FDRegion, FDDone, FDSteal}[:len(fds)] {
-		if err := unix.Dup3(fds[i], to, 0); err != nil {
-			return err
-		}
-		unix.Close(fds[i])
+	// The region replaces the socket on FDRegion.
+	record, at, err := placeFDs(raw, ours...)
+	if err != nil {
+		return nil, laneFDs{}, err
 	}
+	fds.Drop(sock, sockID) // if nothing replaced it
 	_ = os.Unsetenv(EnvSpare)
-	return os.Setenv(EnvBoot, string(buf[:n]))
+	return record, at, nil
 }

@@ -64,7 +64,7 @@ func ClassifyReturn(lane int, stopping bool, err error) (e *Error, normal bool) 
 	return &Error{Code: CodeWorkerExited, Lane: lane, Message: "lane returned without a stop request"}, true
 }
 
-// Bounds on the lane's text in an error message: lines, bytes per line.
+// Bounds on the lane's text in a LaneReport: lines of the tail, bytes per line.
 const (
 	tailLines = 16
 	lineBytes = 256
@@ -79,10 +79,11 @@ const (
 // a lane that used its CPU-time limit up; WORKER_CRASHED for a signal, a Go panic or fatal
 // error; WORKER_EXITED for any other exit, with its status.
 //
-// The message is one line (it goes into log lines as it is): the reason, then — unless the
-// lane was stopped — what the lane printed about it: the Go runtime's failure line, the
-// signal line and the faulting goroutine's frames when the runtime reported a crash,
-// otherwise the last lines of its stderr, joined with " | ".
+// The message is the reason, on one line: how the lane ended and, for a Go panic or fatal
+// error, the runtime's failure line ("panic: ...", as a TASK_PANIC's message has the panic
+// value). What else the lane printed about its end — the faulting goroutine's frames, with
+// their source paths, and the last lines of its stderr — is not in the message, which may
+// reach a client: it is in a *LaneReport, the error's Cause (errors.As), for logs.
 func Classify(x Exit) *Error {
 	e := &Error{Lane: x.Lane}
 	how := x.how()
@@ -99,6 +100,10 @@ func Classify(x Exit) *Error {
 			e.Message = logging.Clean(x.Fatal, 1024) + " (" + how + ")"
 		case x.Startup > 0:
 			e.Message = fmt.Sprintf("not ready within the startup timeout of %v", x.Startup)
+		case failure != "":
+			e.Message = "exited before ready: " + failure + " (" + how + ")"
+		case x.bootLine() != "":
+			e.Message = "exited before ready: " + x.bootLine() + " (" + how + ")"
 		default:
 			e.Message = "exited before ready: " + how
 		}
@@ -128,23 +133,78 @@ func Classify(x Exit) *Error {
 	if e.Code == CodeThreadClosed {
 		return e
 	}
-	var lines []string
-	if failure != "" {
-		if !strings.HasPrefix(e.Message, failure) {
-			lines = append(lines, failure)
-		}
-		lines = append(lines, x.Crash...)
-	} else if len(x.Tail) > 0 {
-		lines = append(lines, "stderr tail:")
-		lines = append(lines, x.Tail[max(0, len(x.Tail)-tailLines):]...)
-	}
-	for i, l := range lines {
-		lines[i] = logging.Clean(l, lineBytes)
-	}
-	if len(lines) > 0 {
-		e.Message += " | " + strings.Join(lines, " | ")
+	if r := x.report(failure); r != nil {
+		r.Err, e.Cause = e.Cause, r
 	}
 	return e
+}
+
+// A LaneReport is what a lane process printed about its end, cleaned and bounded: the Go
+// runtime's failure line, the faulting goroutine's frames and the last lines of its stderr.
+// Classify makes it the Cause of the lane's error, so that a call that failed because its
+// lane ended carries it too; find it with errors.As and log it, at Debug. None of it is in
+// the error's message: frames name source files, and a lane's stderr is anybody's text.
+type LaneReport struct {
+	// Failure is the runtime's failure line ("panic: ...", "fatal error: ..."), or "".
+	Failure string
+	// Stack is the runtime's account after it: the signal line, the faulting goroutine's
+	// header and its frames ("function at file:line"), at most 12 of them.
+	Stack []string
+	// Tail is the last lines of the lane's stderr, at most 16 (part of the goroutine dump,
+	// after a crash).
+	Tail []string
+	// Err is what lay under the lane's end besides its output (waiting for the process
+	// failed, say), or nil: Unwrap returns it.
+	Err error
+}
+
+// Error says what the report holds, and never any of its text: an *Error whose Cause it is
+// may be shown to a client.
+func (r *LaneReport) Error() string {
+	if r.Err != nil {
+		return r.Err.Error()
+	}
+	var parts []string
+	if r.Failure != "" {
+		parts = append(parts, "failure line")
+	}
+	if len(r.Stack) > 0 {
+		parts = append(parts, fmt.Sprintf("%d stack lines", len(r.Stack)))
+	}
+	if len(r.Tail) > 0 {
+		parts = append(parts, fmt.Sprintf("%d stderr lines", len(r.Tail)))
+	}
+	return "lane report: " + strings.Join(parts, ", ") + " (errors.As *LaneReport)"
+}
+
+// Unwrap returns Err.
+func (r *LaneReport) Unwrap() error { return r.Err }
+
+// report is what the lane printed about its end, or nil if it printed nothing.
+func (x Exit) report(failure string) *LaneReport {
+	if failure == "" && len(x.Crash) == 0 && len(x.Tail) == 0 {
+		return nil
+	}
+	r := &LaneReport{Failure: failure}
+	for _, l := range x.Crash {
+		r.Stack = append(r.Stack, logging.Clean(l, lineBytes))
+	}
+	for _, l := range x.Tail[max(0, len(x.Tail)-tailLines):] {
+		r.Tail = append(r.Tail, logging.Clean(l, lineBytes))
+	}
+	return r
+}
+
+// bootLine is the reason a lane that failed its boot printed before it had a region to
+// write it in ("knit lane: bad boot record: ...", "knit lane 2: knit/shm: ..."): the last
+// such line of its stderr, cleaned, or "".
+func (x Exit) bootLine() string {
+	for i := len(x.Tail) - 1; i >= 0; i-- {
+		if strings.HasPrefix(x.Tail[i], "knit lane") {
+			return logging.Clean(x.Tail[i], lineBytes)
+		}
+	}
+	return ""
 }
 
 // cpuLimitReached reports whether the lane ended for its CPU-time limit: it exited with

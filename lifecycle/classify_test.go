@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,29 +16,39 @@ func TestClassify(t *testing.T) {
 		name string
 		x    Exit
 		code Code
-		want []string
+		want []string // in the message
+		// What the lane printed: in the LaneReport, never in the message.
+		failure      string
+		stack, stail []string
 	}{
-		{"stop acknowledged", Exit{Stopping: true, Ready: true, Status: 0}, CodeThreadClosed, []string{"exit status 0"}},
-		{"killed after a stop request", Exit{Stopping: true, Ready: true, Status: -1, Signal: syscall.SIGKILL}, CodeThreadClosed, []string{"SIGKILL"}},
-		{"stop request wins over a crash", Exit{Stopping: true, Ready: true, Status: 2, Failure: "panic: x"}, CodeThreadClosed, nil},
-		{"fatal message before ready", Exit{Status: 78, Fatal: `unknown task "x"`}, CodeStartupFailed, []string{`unknown task "x"`, "exit status 78"}},
-		{"startup timeout", Exit{Status: -1, Signal: syscall.SIGKILL, Startup: time.Second}, CodeStartupFailed, []string{"startup timeout of 1s"}},
-		{"exit before ready", Exit{Status: 0, Tail: tail}, CodeStartupFailed, []string{"exited before ready: exit status 0", "more work"}},
-		{"signal", Exit{Ready: true, Status: -1, Signal: syscall.SIGSEGV, Tail: tail}, CodeWorkerCrashed, []string{"SIGSEGV", "doing work"}},
-		{"go panic", Exit{Ready: true, Status: 2, Failure: "panic: boom", Tail: tail}, CodeWorkerCrashed, []string{"panic: boom", "exit status 2"}},
-		{"go fatal error", Exit{Ready: true, Status: 2, Failure: "fatal error: fault"}, CodeWorkerCrashed, []string{"fatal error: fault"}},
-		{"hard timeout", Exit{Ready: true, Status: -1, Signal: syscall.SIGKILL, HardTimeout: `task "slow" ran over 1s`}, CodeWorkerCrashed, []string{"hard timeout", "slow"}},
-		{"corrupt ring", Exit{Ready: true, Status: -1, Signal: syscall.SIGKILL, Corrupt: errors.New("bad tag")}, CodeWorkerCrashed, []string{"corrupt ring", "bad tag"}},
-		{"exit 2 without a Go failure", Exit{Ready: true, Status: 2}, CodeWorkerExited, []string{"exit status 2"}},
-		{"os.Exit(3)", Exit{Ready: true, Status: 3}, CodeWorkerExited, []string{"exit status 3"}},
-		{"exit 0 on its own", Exit{Ready: true, Status: 0}, CodeWorkerExited, []string{"exit status 0"}},
-		{"hand-off refused", Exit{Status: -1, Signal: syscall.SIGKILL, Handoff: errors.New("peer pid 9 is not the lane")}, CodeStartupFailed, []string{"shared memory", "peer pid 9"}},
-		{"crash report instead of the tail", Exit{Ready: true, Status: 2, Failure: "fatal error: fault",
+		{name: "stop acknowledged", x: Exit{Stopping: true, Ready: true, Status: 0}, code: CodeThreadClosed, want: []string{"exit status 0"}},
+		{name: "killed after a stop request", x: Exit{Stopping: true, Ready: true, Status: -1, Signal: syscall.SIGKILL}, code: CodeThreadClosed, want: []string{"SIGKILL"}},
+		{name: "stop request wins over a crash", x: Exit{Stopping: true, Ready: true, Status: 2, Failure: "panic: x"}, code: CodeThreadClosed},
+		{name: "fatal message before ready", x: Exit{Status: 78, Fatal: `unknown task "x"`}, code: CodeStartupFailed, want: []string{`unknown task "x"`, "exit status 78"}},
+		{name: "startup timeout", x: Exit{Status: -1, Signal: syscall.SIGKILL, Startup: time.Second}, code: CodeStartupFailed, want: []string{"startup timeout of 1s"}},
+		{name: "exit before ready", x: Exit{Status: 0, Tail: tail}, code: CodeStartupFailed, want: []string{"exited before ready: exit status 0"}, stail: tail},
+		{name: "signal", x: Exit{Ready: true, Status: -1, Signal: syscall.SIGSEGV, Tail: tail}, code: CodeWorkerCrashed, want: []string{"SIGSEGV"}, stail: tail},
+		{name: "go panic", x: Exit{Ready: true, Status: 2, Failure: "panic: boom", Tail: tail}, code: CodeWorkerCrashed, want: []string{"panic: boom (exit status 2)"}, failure: "panic: boom", stail: tail},
+		{name: "go fatal error", x: Exit{Ready: true, Status: 2, Failure: "fatal error: fault"}, code: CodeWorkerCrashed, want: []string{"fatal error: fault"}, failure: "fatal error: fault"},
+		{name: "hard timeout", x: Exit{Ready: true, Status: -1, Signal: syscall.SIGKILL, HardTimeout: `task "slow" ran over 1s`}, code: CodeWorkerCrashed, want: []string{"hard timeout", "slow"}},
+		{name: "corrupt ring", x: Exit{Ready: true, Status: -1, Signal: syscall.SIGKILL, Corrupt: errors.New("bad tag")}, code: CodeWorkerCrashed, want: []string{"corrupt ring", "bad tag"}},
+		{name: "exit 2 without a Go failure", x: Exit{Ready: true, Status: 2}, code: CodeWorkerExited, want: []string{"exit status 2"}},
+		{name: "os.Exit(3)", x: Exit{Ready: true, Status: 3}, code: CodeWorkerExited, want: []string{"exit status 3"}},
+		{name: "exit 0 on its own", x: Exit{Ready: true, Status: 0}, code: CodeWorkerExited, want: []string{"exit status 0"}},
+		{name: "hand-off refused", x: Exit{Status: -1, Signal: syscall.SIGKILL, Handoff: errors.New("peer pid 9 is not the lane")}, code: CodeStartupFailed, want: []string{"shared memory", "peer pid 9"}},
+		{name: "crash report", x: Exit{Ready: true, Status: 2, Failure: "fatal error: fault",
 			Crash: []string{"[signal SIGSEGV: segmentation violation]", "goroutine 7 [running]:", "main.fault() at /x/main.go:11"},
 			Tail:  []string{"goroutine 9 [select]:", "knit.(*abortWatch).run() at /y.go:3"}},
-			CodeWorkerCrashed, []string{"fatal error: fault (exit status 2) | [signal SIGSEGV", "goroutine 7 [running]: | main.fault() at /x/main.go:11"}},
-		{"panic before ready", Exit{Status: 2, Failure: "panic: init failed", Crash: []string{"goroutine 1 [running]:", "main.init() at /m.go:3"}},
-			CodeStartupFailed, []string{"exited before ready: exit status 2 | panic: init failed | goroutine 1 [running]: | main.init() at /m.go:3"}},
+			code: CodeWorkerCrashed, want: []string{"fatal error: fault (exit status 2)"}, failure: "fatal error: fault",
+			stack: []string{"[signal SIGSEGV: segmentation violation]", "goroutine 7 [running]:", "main.fault() at /x/main.go:11"},
+			stail: []string{"goroutine 9 [select]:", "knit.(*abortWatch).run() at /y.go:3"}},
+		{name: "panic before ready", x: Exit{Status: 2, Failure: "panic: init failed", Crash: []string{"goroutine 1 [running]:", "main.init() at /m.go:3"}},
+			code: CodeStartupFailed, want: []string{"exited before ready: panic: init failed (exit status 2)"}, failure: "panic: init failed",
+			stack: []string{"goroutine 1 [running]:", "main.init() at /m.go:3"}},
+		{name: "boot failure before a region", x: Exit{Status: 78, Tail: []string{"some init output", "knit lane 0: knit/shm: mmap: cannot allocate memory"}},
+			code: CodeStartupFailed, want: []string{"exited before ready: knit lane 0: knit/shm: mmap: cannot allocate memory (exit status 78)"},
+			stail: []string{"some init output", "knit lane 0: knit/shm: mmap: cannot allocate memory"}},
+		{name: "waiting failed", x: Exit{Ready: true, Status: 1, Err: syscall.ECHILD, Tail: tail}, code: CodeWorkerExited, want: []string{"exit status 1"}, stail: tail},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,8 +62,30 @@ func TestClassify(t *testing.T) {
 					t.Errorf("%q lacks %q", e.Error(), w)
 				}
 			}
-			if strings.Contains(e.Error(), "\n") || strings.Contains(e.Error(), "abortWatch") {
-				t.Errorf("%q is not one line of the relevant text", e.Error())
+			for _, l := range append(append(slices.Clone(tc.stack), tc.stail...), " | ", ".go:") {
+				if slices.ContainsFunc(tc.want, func(w string) bool { return strings.Contains(w, l) }) {
+					continue // the reason itself (a boot failure's line)
+				}
+				if strings.Contains(e.Message, l) || strings.Contains(e.Error(), l) {
+					t.Errorf("%q has the lane's output %q", e.Error(), l)
+				}
+			}
+			if strings.Contains(e.Error(), "\n") {
+				t.Errorf("%q is not one line", e.Error())
+			}
+			var r *LaneReport
+			printed := tc.failure != "" || tc.stack != nil || tc.stail != nil
+			if errors.As(e, &r) != printed {
+				t.Fatalf("LaneReport %+v, want one: %v", r, printed)
+			}
+			if !printed {
+				return
+			}
+			if r.Failure != tc.failure || !slices.Equal(r.Stack, tc.stack) || !slices.Equal(r.Tail, tc.stail) {
+				t.Errorf("report %+v, want failure %q, stack %q, tail %q", r, tc.failure, tc.stack, tc.stail)
+			}
+			if tc.x.Err != nil && (r.Err != tc.x.Err || !errors.Is(e, tc.x.Err)) {
+				t.Errorf("the report hides what lay under the end: %v", r.Err)
 			}
 		})
 	}
@@ -68,7 +101,8 @@ func TestErrorIsByCode(t *testing.T) {
 	}
 }
 
-// TestClassifyCleansLaneText: what the lane wrote reaches the error as printable text, bounded.
+// TestClassifyCleansLaneText: what the lane wrote reaches the error and its report as
+// printable text, bounded.
 func TestClassifyCleansLaneText(t *testing.T) {
 	hostile := "bad\x1b[2J\n\xff" + strings.Repeat("x", 10_000)
 	for _, x := range []Exit{
@@ -76,12 +110,21 @@ func TestClassifyCleansLaneText(t *testing.T) {
 		{Status: 1, Tail: []string{hostile, hostile}},
 		{Ready: true, Status: 2, Failure: "panic: " + hostile, Crash: []string{hostile}},
 	} {
-		msg := Classify(x).Error()
-		if strings.ContainsAny(msg, "\n\x1b") || !utf8.ValidString(msg) || len(msg) > 4096 {
-			t.Errorf("message not cleaned or not bounded (%d bytes): %.200q", len(msg), msg)
+		e := Classify(x)
+		texts := []string{e.Error()}
+		var r *LaneReport
+		if errors.As(e, &r) {
+			texts = append(append(append(texts, r.Failure), r.Stack...), r.Tail...)
 		}
-		if !strings.Contains(msg, `bad\x1b[2J\n\xff`) {
-			t.Errorf("message lost the escaped text: %.200q", msg)
+		escaped := false
+		for _, s := range texts {
+			if strings.ContainsAny(s, "\n\x1b") || !utf8.ValidString(s) || len(s) > 4096 {
+				t.Errorf("text not cleaned or not bounded (%d bytes): %.200q", len(s), s)
+			}
+			escaped = escaped || strings.Contains(s, `bad\x1b[2J\n\xff`)
+		}
+		if !escaped {
+			t.Errorf("the escaped text was lost: %.200q", texts)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,9 +18,9 @@ import (
 
 // A Process is one lane process as its host sees it: the process, the rendezvous that hands
 // it its descriptors (SharedMemory Named), its output, and why the host killed it, if it
-// did. The host's half of the boot protocol: Launcher.Start sends the boot record in the
-// environment (Serve reads it), Launcher.Assign sends it to a spare on its socket
-// (awaitAssignment reads it).
+// did. The host's half of the boot protocol: Launcher.Start passes the boot record in a
+// sealed memfd on FDBoot or through the rendezvous (Serve reads it), Launcher.Assign sends
+// it to a spare on its socket (awaitAssignment reads it).
 //
 // The zero Process has no process: Kill only records why (a test harness's lane).
 type Process struct {
@@ -36,19 +35,22 @@ type Process struct {
 }
 
 // Start starts lane process b.Lane: files (the region's memfd, the completion eventfd, a
-// stealing pool's shared ring) go on fds 3, 4 and 5, or, with Named, through a rendezvous
-// named in the boot record, handed over to the first process that connects if it is the
-// lane or a descendant of it. A failed hand-over kills the process (Exit.Handoff). Start
-// returns once the process has started; its errors say which step failed.
+// stealing pool's shared ring) go on fds 3, 4 and 5 and the boot record on FDBoot, or, with
+// Named, all of them through a rendezvous named in the settings (EnvBoot), handed over to
+// the first process that connects if it is the lane or a descendant of it. A failed
+// hand-over kills the process (Exit.Handoff). Start returns once the process has started;
+// its errors say which step failed.
 func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
+	if len(files) > FDBoot-FDRegion {
+		return nil, fmt.Errorf("%d descriptors for a lane, at most %d", len(files), FDBoot-FDRegion)
+	}
 	p := &Process{lc: lc, lane: int(b.Lane)}
-	inherit := files
 	if lc.Named {
 		rv, err := shm.Listen()
 		if err != nil {
 			return nil, fmt.Errorf("shared memory: %v", err)
 		}
-		p.rv, inherit, b.Shm = rv, nil, rv.Name()
+		p.rv, b.Shm = rv, rv.Name()
 	}
 	fail := func(err error) (*Process, error) {
 		if p.rv != nil {
@@ -56,29 +58,65 @@ func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 		}
 		return nil, err
 	}
-	record, err := json.Marshal(b)
+	boot, err := bootFile(b)
 	if err != nil {
 		return fail(err)
 	}
-	cmd, err := lc.command(inherit, EnvBoot+"="+string(record))
+	env, err := bootEnv(b, maxBootEnv)
 	if err != nil {
+		boot.Close()
+		return fail(err)
+	}
+	var inherit []*os.File
+	if p.rv == nil {
+		// fds 3 to 5 as given (a missing one is closed in the lane), the record on FDBoot.
+		inherit = make([]*os.File, FDBoot-FDRegion+1)
+		copy(inherit, files)
+		inherit[FDBoot-FDRegion] = boot
+	} else {
+		// The lane collects everything from the rendezvous, and puts the region, eventfd
+		// and ring on fds 3 to 5 if it can: the record's file holds those numbers for them
+		// (the Go runtime opens files of its own at the lowest free numbers before main),
+		// unless the wrapper closes them.
+		inherit = []*os.File{boot, boot, boot}
+	}
+	cmd, err := lc.command(inherit, EnvBoot+"="+env)
+	if err != nil {
+		boot.Close()
 		return fail(err)
 	}
 	if p.child, err = lc.spawn(cmd, NewOutput(lc.Root, p.lane)); err != nil {
+		boot.Close()
 		return fail(fmt.Errorf("spawn %s: %v", cmd.Path, err))
 	}
-	if p.rv != nil {
-		p.handed = make(chan struct{})
-		go p.handOver(b, files)
+	if p.rv == nil {
+		boot.Close() // the lane has its own descriptor of it
+		return p, nil
 	}
+	p.handed = make(chan struct{})
+	go p.handOver(b, append([]*os.File{boot}, files...))
 	return p, nil
 }
 
-// handOver gives the descriptors to the lane process through the rendezvous: to the first
-// process that connects, if it is the lane. A failed hand-over before the lane has ended
-// kills it; it fails its start.
+// bootFile is b encoded in a sealed memfd (EncodeBoot).
+func bootFile(b Boot) (*os.File, error) {
+	record, err := EncodeBoot(b)
+	if err != nil {
+		return nil, err
+	}
+	f, err := shm.SealedFile("knit-boot", record)
+	if err != nil {
+		return nil, fmt.Errorf("boot record: %w", err)
+	}
+	return f, nil
+}
+
+// handOver gives the boot record (files[0], which it closes) and the descriptors to the lane
+// process through the rendezvous: to the first process that connects, if it is the lane. A
+// failed hand-over before the lane has ended kills it; it fails its start.
 func (p *Process) handOver(b Boot, files []*os.File) {
 	defer close(p.handed)
+	defer files[0].Close()
 	err := p.rv.Hand(time.Now().Add(p.lc.StartupTimeout), peerCheck(p.pid), files...)
 	if err == nil {
 		p.lc.debug(b, "shared memory handed over", zap.String("rendezvous", p.rv.Name()))
@@ -99,14 +137,15 @@ func (lc *Launcher) debug(b Boot, msg string, fields ...zap.Field) {
 }
 
 // Assign turns spare sp into lane process b.Lane: one message on its socket with the boot
-// record as its bytes and files as SCM_RIGHTS, which the spare (awaitAssignment) puts where
-// a lane started directly finds them. A spare has its socket, so it gets its descriptors
-// this way in either shared-memory mode. A spare that refuses it is killed and reaped; the caller
-// starts a process instead.
+// record (a sealed memfd) and files as SCM_RIGHTS, which the spare (awaitAssignment) reads
+// and puts where a lane started directly finds them. A spare has its socket, so it gets its
+// descriptors this way in either shared-memory mode. A spare that refuses it is killed and
+// reaped; the caller starts a process instead.
 func (lc *Launcher) Assign(sp *Spare, b Boot, files []*os.File) (*Process, error) {
-	record, err := json.Marshal(b)
+	boot, err := bootFile(b)
 	if err == nil {
-		err = sp.assign(record, files)
+		err = sp.assign(append([]*os.File{boot}, files...))
+		boot.Close() // the message holds its own reference until the spare takes it
 	}
 	if err != nil {
 		sp.kill()

@@ -152,12 +152,24 @@ func (s *Spares) startSpare() (*Spare, error) {
 			return nil, err
 		}
 		env = EnvSpare + "=" + rv.Name()
+		// Should the wrapper let them through, these keep fds 3 to 5 for the socket and
+		// the descriptors to come (awaitAssignment).
+		ph, err := shm.SealedFile("knit-placeholder", []byte(placeholderText))
+		if err != nil {
+			rv.Close()
+			return nil, err
+		}
+		defer ph.Close()
+		files = []*os.File{ph, ph, ph}
 	} else {
 		var err error
 		if host, theirs, err = shm.SocketPair(); err != nil {
 			return nil, err
 		}
-		files = []*os.File{theirs}
+		// The socket on FDRegion, and on FDDone and FDSteal as placeholders: the Go runtime
+		// opens files of its own at the lowest free numbers before main, and the spare must
+		// later put its region, eventfd and ring on those three (awaitAssignment).
+		files = []*os.File{theirs, theirs, theirs}
 	}
 	fail := func(err error) (*Spare, error) {
 		if host != nil {
@@ -237,15 +249,16 @@ func (s *Spares) startSpare() (*Spare, error) {
 // errSparesClosed is a spare spawned while the pool closed.
 var errSparesClosed = errors.New("the pool is closing")
 
-// assign turns the spare into a lane: one message with the boot record and descriptors
-// (Launcher.Assign). The socket is closed either way.
-func (sp *Spare) assign(record []byte, files []*os.File) error {
+// assign turns the spare into a lane: one message with the descriptors (Launcher.Assign:
+// the boot record's first). Its one byte of data is the count, as a rendezvous sends it; an
+// empty message would read as end of file. The socket is closed either way.
+func (sp *Spare) assign(files []*os.File) error {
 	defer sp.sock.Close()
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
-	return shm.SendFiles(sp.sock, time.Time{}, record, fds...)
+	return shm.SendFiles(sp.sock, time.Time{}, []byte{byte(len(fds))}, fds...)
 }
 
 // kill ends a spare that was never assigned, and reaps it.

@@ -170,8 +170,9 @@ func inspectLive(ctx context.Context, base *url.URL, interval time.Duration, out
 		_, _ = out.Write(last)
 	}()
 	var t timeline
+	var lastID string
 	for {
-		final, err := readStream(ctx, stream.String(), func(v *inspectView) {
+		final, err := readStream(ctx, stream.String(), &lastID, func(v *inspectView) {
 			t.add(v)
 			width, height := size()
 			last = renderView(v, &t, width, height)
@@ -188,6 +189,8 @@ func inspectLive(ctx context.Context, base *url.URL, interval time.Duration, out
 			return nil
 		case ctx.Err() != nil:
 			return nil // Ctrl-C
+		case err == nil:
+			continue // the server ended the stream, as it does every few seconds: on from lastID
 		}
 		_, _ = fmt.Fprintf(out, "\x1b[H\x1b[2J%s: %v; retrying\x1b[K\n", stream, err)
 		select {
@@ -199,13 +202,19 @@ func inspectLive(ctx context.Context, base *url.URL, interval time.Duration, out
 }
 
 // readStream reads server-sent events from u and hands each snapshot to draw; it reports
-// whether the stream ended with the pool's final snapshot.
-func readStream(ctx context.Context, u string, draw func(*inspectView)) (final bool, err error) {
+// whether the stream ended with the pool's final snapshot. It sends *lastID as Last-Event-ID
+// (if any), to resume after it, and keeps the id of each message there. A stream the server
+// ended cleanly returns a nil error: the inspector ends every stream after a few seconds,
+// and a client reconnects at once.
+func readStream(ctx context.Context, u string, lastID *string, draw func(*inspectView)) (final bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	if *lastID != "" {
+		req.Header.Set("Last-Event-ID", *lastID)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false, err
@@ -217,6 +226,7 @@ func readStream(ctx context.Context, u string, draw func(*inspectView)) (final b
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20) // a snapshot is a few KiB a lane
 	var data []byte
+	var id string
 	for sc.Scan() {
 		line := bytes.TrimSuffix(sc.Bytes(), []byte("\r"))
 		switch {
@@ -227,9 +237,14 @@ func readStream(ctx context.Context, u string, draw func(*inspectView)) (final b
 			}
 			data = data[:0]
 			draw(v)
+			if id != "" {
+				*lastID = id
+			}
 			if v.Final {
 				return true, nil
 			}
+		case bytes.HasPrefix(line, []byte("id: ")):
+			id = string(line[len("id: "):])
 		case bytes.HasPrefix(line, []byte("data: ")):
 			data = append(data, line[len("data: "):]...)
 		}
@@ -237,7 +252,10 @@ func readStream(ctx context.Context, u string, draw func(*inspectView)) (final b
 	if err := sc.Err(); err != nil {
 		return false, err
 	}
-	return false, io.ErrUnexpectedEOF
+	if len(data) > 0 {
+		return false, io.ErrUnexpectedEOF // cut in the middle of a message
+	}
+	return false, nil
 }
 
 // decodeView decodes a snapshot and notes the order of its keys.

@@ -196,6 +196,19 @@ func Collect(name string, n int) ([]*os.File, error) {
 	if n < 1 || n > maxFiles {
 		return nil, fmt.Errorf("knit/shm: rendezvous: cannot collect %d files", n)
 	}
+	return collect(name, n, n)
+}
+
+// CollectUpTo is Collect for a receiver that learns how many descriptors there are from
+// what they hold: it receives from 1 to max of them.
+func CollectUpTo(name string, max int) ([]*os.File, error) {
+	if max < 1 || max > maxFiles {
+		return nil, fmt.Errorf("knit/shm: rendezvous: cannot collect up to %d files", max)
+	}
+	return collect(name, 1, max)
+}
+
+func collect(name string, least, most int) ([]*os.File, error) {
 	conn, err := Dial(name)
 	if err != nil {
 		return nil, err
@@ -224,8 +237,12 @@ func Collect(name string, n int) ([]*os.File, error) {
 			fds = append(fds, got...)
 		}
 	}
-	if err == nil && len(fds) != n {
-		err = fmt.Errorf("%d descriptors, want %d", len(fds), n)
+	switch {
+	case err != nil:
+	case least == most && len(fds) != least:
+		err = fmt.Errorf("%d descriptors, want %d", len(fds), least)
+	case len(fds) < least || len(fds) > most:
+		err = fmt.Errorf("%d descriptors, want %d to %d", len(fds), least, most)
 	}
 	if err != nil {
 		for _, fd := range fds {
@@ -233,7 +250,7 @@ func Collect(name string, n int) ([]*os.File, error) {
 		}
 		return nil, fmt.Errorf("knit/shm: rendezvous: %w (the host refused this process, or is gone)", err)
 	}
-	files := make([]*os.File, n)
+	files := make([]*os.File, len(fds))
 	for i, fd := range fds {
 		files[i] = os.NewFile(uintptr(fd), name)
 	}

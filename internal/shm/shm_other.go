@@ -58,3 +58,15 @@ func Sweep() ([]string, error) { return nil, nil }
 
 // SocketPair returns ErrUnsupported.
 func SocketPair() (host, peer *os.File, err error) { return nil, nil, ErrUnsupported }
+
+// SealedFile is not supported on this platform: it returns ErrUnsupported.
+func SealedFile(string, []byte) (*os.File, error) { return nil, ErrUnsupported }
+
+// ReadSealed is not supported on this platform: it returns ErrUnsupported.
+func ReadSealed(*os.File, int64) ([]byte, error) { return nil, ErrUnsupported }
+
+// CollectUpTo is not supported on this platform: it returns ErrUnsupported.
+func CollectUpTo(string, int) ([]*os.File, error) { return nil, ErrUnsupported }
+
+// IsSealedWith reports false on this platform.
+func IsSealedWith(int, []byte) bool { return false }
