@@ -458,3 +458,65 @@ func (s Strategy) MarshalText() ([]byte, error) { return []byte(s.String()), nil
 
 // MarshalText names the action.
 func (a IntensityAction) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// parseEnum finds the value of an enum whose n values 0…n-1 String names, for the enums'
+// UnmarshalText: what MarshalText writes, UnmarshalText reads.
+func parseEnum[E interface {
+	~int
+	String() string
+}](b []byte, n int, what string) (E, error) {
+	for v := range n {
+		if E(v).String() == string(b) {
+			return E(v), nil
+		}
+	}
+	return 0, fmt.Errorf("knit: unknown %s %q", what, b)
+}
+
+// UnmarshalText reads a balancer's name.
+func (b *Balancer) UnmarshalText(t []byte) (err error) {
+	*b, err = parseEnum[Balancer](t, int(FirstIdleOrRandom)+1, "balancer")
+	return err
+}
+
+// UnmarshalText reads a discipline's name.
+func (s *Steal) UnmarshalText(t []byte) (err error) {
+	*s, err = parseEnum[Steal](t, int(StealLocal)+1, "steal mode")
+	return err
+}
+
+// UnmarshalText reads a mode's name.
+func (m *SharedMemoryMode) UnmarshalText(t []byte) (err error) {
+	*m, err = parseEnum[SharedMemoryMode](t, int(Named)+1, "shared-memory mode")
+	return err
+}
+
+// UnmarshalText reads a mode's name.
+func (m *CgroupMode) UnmarshalText(t []byte) (err error) {
+	*m, err = parseEnum[CgroupMode](t, int(CgroupRequired)+1, "cgroup mode")
+	return err
+}
+
+// UnmarshalText reads a restart type's name.
+func (r *RestartType) UnmarshalText(t []byte) (err error) {
+	*r, err = parseEnum[RestartType](t, int(Temporary)+1, "restart type")
+	return err
+}
+
+// UnmarshalText reads a strategy's name.
+func (s *Strategy) UnmarshalText(t []byte) (err error) {
+	*s, err = parseEnum[Strategy](t, int(RestForOne)+1, "strategy")
+	return err
+}
+
+// UnmarshalText reads an action's name.
+func (a *IntensityAction) UnmarshalText(t []byte) (err error) {
+	*a, err = parseEnum[IntensityAction](t, int(GiveUp)+1, "intensity action")
+	return err
+}
+
+// UnmarshalText reads a mode's name.
+func (m *SandboxMode) UnmarshalText(t []byte) (err error) {
+	*m, err = parseEnum[SandboxMode](t, int(SandboxRequired)+1, "sandbox mode")
+	return err
+}

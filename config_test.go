@@ -115,4 +115,17 @@ func TestStatsEnumsAreNames(t *testing.T) {
 			t.Errorf("Config JSON lacks %s: %s", want, b)
 		}
 	}
+	var s knit.Stats // and they read back
+	if err := json.Unmarshal(mustJSON(t, p.Stats()), &s); err != nil || s.Steal != knit.StealTicket || s.Lanes[0].State != knit.StateReady {
+		t.Errorf("Stats read back: %v, %+v", err, s)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

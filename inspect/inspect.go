@@ -531,12 +531,10 @@ type inspectProcessConfig struct {
 	Spares       int
 }
 
-var balancerNames = [...]string{"least-loaded", "round-robin", "first-idle", "random", "first-idle-or-random"}
-
 func configView(c knit.Config, reveal bool) inspectConfig {
 	rp := c.Restart.WithDefaults()
 	v := inspectConfig{
-		Lanes: c.Lanes, Runtime: c.Runtime, Balancer: fmt.Sprintf("balancer(%d)", int(c.Balancer)),
+		Lanes: c.Lanes, Runtime: c.Runtime, Balancer: c.Balancer.String(),
 		Backlog: c.Backlog, BlockWhenFull: c.BlockWhenFull,
 		LaneSpin: c.LaneSpin.String(), CallerSpin: c.CallerSpin.String(), Payload: c.Payload,
 		PanicCrashesLane: c.PanicCrashesLane, FailFast: c.FailFast,
@@ -549,9 +547,6 @@ func configView(c knit.Config, reveal bool) inspectConfig {
 		StopAckTimeout: c.StopAckTimeout.String(), KillGrace: c.KillGrace.String(),
 		StartupTimeout: c.StartupTimeout.String(), Liveness: c.Liveness.String(),
 		EventBuffer: c.EventBuffer, Logger: "default", ActorSystem: "own", OnEvent: c.OnEvent != nil,
-	}
-	if int(c.Balancer) >= 0 && int(c.Balancer) < len(balancerNames) {
-		v.Balancer = balancerNames[c.Balancer]
 	}
 	if c.Liveness < 0 {
 		v.Liveness = "off"
