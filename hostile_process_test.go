@@ -549,45 +549,6 @@ func TestProcessSpareStoppedByClose(t *testing.T) {
 	checkNoLeaks(t)
 }
 
-// TestNamedStrangerConnectsFirst: a process that is not the lane (here the test itself)
-// connects to a lane's rendezvous before the lane does. It receives nothing; the lane fails
-// its start, naming the hand-over.
-func TestNamedStrangerConnectsFirst(t *testing.T) {
-	spawned := make(chan struct{})
-	var once sync.Once
-	hook := zap.Hooks(func(e zapcore.Entry) error {
-		if e.Message == "lane stdout" {
-			once.Do(func() { close(spawned) })
-		}
-		return nil
-	})
-	done := make(chan error, 1)
-	go func() {
-		p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Logger: zap.New(observerCore(), hook),
-			Process: knit.ProcessConfig{SharedMemory: knit.Named, Prefix: []string{"sh", "-c", "echo spawned; exec sleep 3600", "sh"}}}, add)
-		if err == nil {
-			p.Close(context.Background())
-		}
-		done <- err
-	}()
-	<-spawned
-	names := shmNames(t)
-	if len(names) != 1 {
-		t.Fatalf("rendezvous names %v, want one", names)
-	}
-	if files, err := shm.Collect(filepath.Base(names[0]), 2); err == nil {
-		for _, f := range files {
-			f.Close()
-		}
-		t.Fatal("a stranger collected the lane's region")
-	}
-	err := <-done
-	if !errors.Is(err, knit.ErrWorkerStartupFailed) || !strings.Contains(err.Error(), "could not hand the lane its shared memory") {
-		t.Fatalf("NewPool: %v, want WORKER_STARTUP_FAILED naming the hand-over", err)
-	}
-	checkNoLeaks(t)
-}
-
 // observerCore is a core that enables every level and keeps what it gets (hooks run only for
 // entries their core enables).
 func observerCore() zapcore.Core {

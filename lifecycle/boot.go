@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,8 +27,8 @@ const (
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
 	// It waits on FDRegion, a unix socket, for its record and descriptors (see Launcher.Assign).
-	// Its value is "1" when the socket is inherited, or the rendezvous (shm.Dial) where the
-	// spare connects for it.
+	// Its value is "1" when the socket is inherited, or "<rendezvous>:<key>": where the spare
+	// connects for it (shm.Dial), and the secret it proves itself with.
 	EnvSpare = "KNIT_SPARE"
 )
 
@@ -50,7 +51,8 @@ type Boot struct {
 	Version     uint32     `json:"version"`
 	Lane        uint32     `json:"lane"`
 	Incarnation uint32     `json:"incarnation"`
-	Shm         string     `json:"shm,omitempty"` // a rendezvous (shm.Collect); empty: inherited fds
+	Shm         string     `json:"shm,omitempty"`     // a rendezvous (shm.Collect); empty: inherited fds
+	ShmKey      string     `json:"shm_key,omitempty"` // the rendezvous's secret, which proves the lane is the lane
 	Tasks       []BootTask `json:"tasks"`
 	MaxCall     int        `json:"max_call"`
 	Spin        int64      `json:"spin_ns"`
@@ -246,7 +248,7 @@ func mapRegion(b Boot) (*shm.Mapping, error) {
 		if b.Steal {
 			fds = append(fds, FDSteal)
 		}
-		files, err := shm.Collect(b.Shm, len(fds))
+		files, err := shm.Collect(b.Shm, b.ShmKey, len(fds))
 		if err != nil {
 			return nil, err
 		}
@@ -422,8 +424,9 @@ var errNotNeeded = errors.New("not needed")
 // puts the record and descriptors where a lane started directly finds them (EnvBoot,
 // FDRegion, FDDone).
 func awaitAssignment() error {
-	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
-		conn, err := shm.Dial(name)
+	if v := os.Getenv(EnvSpare); v != "1" { // SharedMemory Named: connect for the socket
+		name, key, _ := strings.Cut(v, ":")
+		conn, err := shm.Dial(name, key)
 		if err != nil {
 			return fmt.Errorf("connecting to the host: %w", err)
 		}

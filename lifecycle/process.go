@@ -37,8 +37,9 @@ type Process struct {
 
 // Start starts lane process b.Lane: files (the region's memfd, the completion eventfd, a
 // stealing pool's shared ring) go on fds 3, 4 and 5, or, with Named, through a rendezvous
-// named in the boot record, handed over to the first process that connects if it is the
-// lane or a descendant of it. A failed hand-over kills the process (Exit.Handoff). Start
+// named in the boot record, handed over to the first process that connects and proves it
+// is the lane (or a descendant of it) with the rendezvous's key, which the boot record
+// carries too. A failed hand-over kills the process (Exit.Handoff). Start
 // returns once the process has started; its errors say which step failed.
 func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 	p := &Process{lc: lc, lane: int(b.Lane)}
@@ -48,7 +49,7 @@ func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shared memory: %v", err)
 		}
-		p.rv, inherit, b.Shm = rv, nil, rv.Name()
+		p.rv, inherit, b.Shm, b.ShmKey = rv, nil, rv.Name(), rv.Key()
 	}
 	fail := func(err error) (*Process, error) {
 		if p.rv != nil {
@@ -68,15 +69,17 @@ func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 		return fail(fmt.Errorf("spawn %s: %v", cmd.Path, err))
 	}
 	if p.rv != nil {
+		p.rv.Refused = lc.refused(p.lane, p.pid)
 		p.handed = make(chan struct{})
 		go p.handOver(b, files)
 	}
 	return p, nil
 }
 
-// handOver gives the descriptors to the lane process through the rendezvous: to the first
-// process that connects, if it is the lane. A failed hand-over before the lane has ended
-// kills it; it fails its start.
+// handOver gives the descriptors to the lane process through the rendezvous, once it has
+// connected and proved itself (peers it refuses are logged, and it waits on for the lane).
+// A failed hand-over — the lane did not connect before the startup timeout — kills it; it
+// fails its start.
 func (p *Process) handOver(b Boot, files []*os.File) {
 	defer close(p.handed)
 	err := p.rv.Hand(time.Now().Add(p.lc.StartupTimeout), peerCheck(p.pid), files...)
@@ -88,6 +91,26 @@ func (p *Process) handOver(b Boot, files []*os.File) {
 	case <-p.waited: // the lane ended first: Wait closed the rendezvous
 	default:
 		p.Kill(Exit{Handoff: err})
+	}
+}
+
+// refused logs a peer the rendezvous of lane process pid (lane -1: a spare) refused: the
+// first at Warn — a stranger tried to take a lane's shared memory, or a wrapper got in the
+// lane's way — the rest at Debug, so that a stranger connecting in a loop cannot flood the
+// log. The rendezvous calls it from the one goroutine that accepts.
+func (lc *Launcher) refused(lane, pid int) func(shm.Peer, error) {
+	n := 0
+	return func(peer shm.Peer, err error) {
+		n++
+		const msg = "shared memory rendezvous: refused a peer, which got nothing; waiting for the lane"
+		ce := logging.Debug(lc.Log, msg)
+		if n == 1 {
+			ce = lc.Log.Check(zap.WarnLevel, msg)
+		}
+		if ce != nil {
+			ce.Write(zap.Int("lane", lane), zap.Int("lane_pid", pid), zap.Int("peer_pid", peer.PID),
+				zap.Int("peer_uid", peer.UID), zap.Int("refused", n), zap.Error(err))
+		}
 	}
 }
 

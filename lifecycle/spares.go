@@ -151,7 +151,7 @@ func (s *Spares) startSpare() (*Spare, error) {
 		if rv, err = shm.Listen(); err != nil {
 			return nil, err
 		}
-		env = EnvSpare + "=" + rv.Name()
+		env = EnvSpare + "=" + rv.Name() + ":" + rv.Key()
 	} else {
 		var err error
 		if host, theirs, err = shm.SocketPair(); err != nil {
@@ -214,6 +214,7 @@ func (s *Spares) startSpare() (*Spare, error) {
 			case <-accepted:
 			}
 		}()
+		rv.Refused = lc.refused(-1, c.pid)
 		sp.sock, err = rv.Accept(deadline, peerCheck(c.pid))
 		close(accepted)
 		if err != nil {
