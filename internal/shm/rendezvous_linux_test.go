@@ -336,6 +336,15 @@ func TestSweep(t *testing.T) {
 		}
 		t.Cleanup(func() { os.Remove(Dir + "/" + n) })
 	}
+	// A living host in another pid namespace: its pid means nothing here, but its socket
+	// listens.
+	listening := fmt.Sprintf("knit-%d-00000000feedface", dead)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: Dir + "/" + listening, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	kept = append(kept, listening)
 	removed, err := Sweep()
 	if err != nil {
 		t.Fatal(err)
@@ -353,8 +362,8 @@ func TestSweep(t *testing.T) {
 			t.Errorf("Sweep removed %s: %v", n, err)
 		}
 	}
-	if m, _ := filepath.Glob(Dir + "/knit-" + strconv.Itoa(dead) + "-*"); len(m) > 0 {
-		t.Errorf("left: %v", m)
+	if m, _ := filepath.Glob(Dir + "/knit-" + strconv.Itoa(dead) + "-*"); len(m) != 1 || m[0] != Dir+"/"+listening {
+		t.Errorf("left: %v, want only the listening %s", m, listening)
 	}
 }
 
