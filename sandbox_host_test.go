@@ -113,6 +113,16 @@ func attackHost(in hostProbe) (string, error) {
 			return "", err
 		}
 		return errnoOf(os.WriteFile(path, b, 0)), nil
+	case "otherlane": // Vals: the pool's two lane pids; open the other one's region
+		other := int(arg(0))
+		if other == os.Getpid() {
+			other = int(arg(1))
+		}
+		f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/3", other), os.O_RDWR, 0)
+		if err == nil {
+			f.Close()
+		}
+		return errnoOf(err), nil
 	case "pidfd":
 		fd, err := unix.PidfdOpen(in.PID, 0)
 		if err == nil {
@@ -316,5 +326,42 @@ func TestSandboxLandlockAlone(t *testing.T) {
 	}
 	if sum, err := add.Call(context.Background(), p, [2]int64{2, 2}); err != nil || sum != 4 {
 		t.Fatalf("after the probes: %d, %v", sum, err)
+	}
+}
+
+// TestSandboxLaneCannotReachOtherLane: a lane opening another lane's region through
+// /proc/<pid>/fd/3, as any process of their user may between unsandboxed lanes, is refused
+// under each layer: the other lane is not dumpable, and under Landlock outside the lane's
+// domain.
+func TestSandboxLaneCannotReachOtherLane(t *testing.T) {
+	for _, preset := range []struct {
+		name    string
+		sandbox knit.Sandbox
+	}{
+		{"seccomp", knit.Sandbox{Seccomp: knit.Seccomp{Mode: knit.SandboxRequired}}},
+		{"landlock", knit.Sandbox{Landlock: knit.Landlock{Mode: knit.SandboxRequired, ReadOnly: []string{"/"}, Writable: []string{"/proc"}}}},
+		{"none", knit.Sandbox{}},
+	} {
+		t.Run(preset.name, func(t *testing.T) {
+			if preset.sandbox.Seccomp.Mode != knit.SandboxOff {
+				needScope(t)
+			}
+			if preset.sandbox.Landlock.Mode != knit.SandboxOff {
+				needLandlock(t)
+			}
+			p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet(), Process: knit.ProcessConfig{Sandbox: preset.sandbox}},
+				hostAttack, add)
+			lanes := p.Stats().Lanes
+			probe := hostProbe{Op: "otherlane", Vals: []int64{int64(lanes[0].PID), int64(lanes[1].PID)}}
+			want := "EACCES"
+			if !preset.sandbox.Enabled() {
+				want = "ok"
+			}
+			for range 4 { // whichever lane runs it
+				if got, err := hostAttack.Call(context.Background(), p, probe); err != nil || got != want {
+					t.Fatalf("opening the other lane's region: %q, %v; want %s", got, err, want)
+				}
+			}
+		})
 	}
 }
