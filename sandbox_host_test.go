@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -123,6 +124,22 @@ func attackHost(in hostProbe) (string, error) {
 			f.Close()
 		}
 		return errnoOf(err), nil
+	case "privileges": // what the lane holds: "CapEff CapBnd NoNewPrivs dumpable"
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return "", err
+		}
+		var out []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "CapEff" || k == "CapBnd" || k == "NoNewPrivs") {
+				out = append(out, k+"="+strings.TrimSpace(v))
+			}
+		}
+		d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+		if err != nil {
+			return "", err
+		}
+		return strings.Join(append(out, "dumpable="+strconv.Itoa(d)), " "), nil
 	case "pidfd":
 		fd, err := unix.PidfdOpen(in.PID, 0)
 		if err == nil {
@@ -299,7 +316,9 @@ func TestSandboxLandlockAlone(t *testing.T) {
 	want := map[string]string{
 		"/proc/<host>/mem read": "EACCES", "/proc/<host>/mem write": "EACCES",
 		"/proc/<host>/oom_score_adj write": "EACCES", // not beneath Writable
-		"prlimit64 RLIMIT_NOFILE":          "ok",
+		// What only the seccomp preset denies.
+		"prlimit64 RLIMIT_NOFILE": "ok", "setpgid into the host's group": "ok", "pidfd_open": "ok",
+		"F_SETOWN and F_SETSIG on a pipe": "ok ok",
 	}
 	var host [2]unix.CapUserData // version 3: two words
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -361,6 +380,52 @@ func TestSandboxLaneCannotReachOtherLane(t *testing.T) {
 				if got, err := hostAttack.Call(context.Background(), p, probe); err != nil || got != want {
 					t.Fatalf("opening the other lane's region: %q, %v; want %s", got, err, want)
 				}
+			}
+		})
+	}
+}
+
+// TestSandboxDropsPrivileges: under any layer the lane holds no effective capability (and, if
+// it started with them as root, no bounding set either), has no_new_privs set and is not
+// dumpable; unsandboxed, a lane of root holds every capability it was given.
+func TestSandboxDropsPrivileges(t *testing.T) {
+	root := os.Geteuid() == 0
+	for _, preset := range []struct {
+		name    string
+		sandbox knit.Sandbox
+	}{
+		{"seccomp", knit.Sandbox{Seccomp: knit.Seccomp{Mode: knit.SandboxRequired}}},
+		{"landlock", knit.Sandbox{Landlock: knit.Landlock{Mode: knit.SandboxRequired, ReadOnly: []string{"/"}}}},
+		{"none", knit.Sandbox{}},
+	} {
+		t.Run(preset.name, func(t *testing.T) {
+			if preset.sandbox.Seccomp.Mode != knit.SandboxOff {
+				needScope(t)
+			}
+			if preset.sandbox.Landlock.Mode == knit.SandboxRequired {
+				needLandlock(t)
+			}
+			p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), Process: knit.ProcessConfig{Sandbox: preset.sandbox}},
+				hostAttack, add)
+			got, err := hostAttack.Call(context.Background(), p, hostProbe{Op: "privileges"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "CapEff=0000000000000000 CapBnd=0000000000000000 NoNewPrivs=1 dumpable=0"
+			if !root { // nothing to lose, and no CAP_SETPCAP to empty the bounding set with
+				want = "CapEff=0000000000000000 NoNewPrivs=1 dumpable=0"
+				got = strings.Join(slices.DeleteFunc(strings.Fields(got), func(f string) bool {
+					return strings.HasPrefix(f, "CapBnd=")
+				}), " ")
+			}
+			if !preset.sandbox.Enabled() {
+				if (root && strings.HasPrefix(got, "CapEff=0000000000000000")) || !strings.Contains(got, "NoNewPrivs=0") {
+					t.Fatalf("an unsandboxed lane: %s", got)
+				}
+				return
+			}
+			if got != want {
+				t.Fatalf("%s, want %s", got, want)
 			}
 		})
 	}
