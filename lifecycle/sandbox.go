@@ -94,9 +94,10 @@ type Landlock struct {
 // fails). So a lane can neither kill its host nor lower its limits, renice it or take its
 // process group.
 //
-// Where the kernel has Landlock ABI 2 (Linux 5.19) the preset also puts the lane in a
-// Landlock domain of its own that denies every write beneath /proc and /sys and allows
-// writes elsewhere: it keeps the lane off other processes' /proc/<pid>/mem, environ and fd
+// Where the kernel has Landlock ABI 2 (Linux 5.19) and the Landlock layer is off, the preset
+// also puts the lane in a Landlock domain of its own that denies every write beneath /proc
+// and /sys and allows writes elsewhere (with the Landlock layer on, its domain does that
+// work, and its policy decides what the lane may write): it keeps the lane off other processes' /proc/<pid>/mem, environ and fd
 // (ptrace-mode access to a process outside the domain), off /proc/<host>/oom_score_adj, off
 // the cgroup filesystems (a lane cannot make, or move into, a cgroup outside its own) and
 // off sysfs. Without it a required preset fails the lane; a best-effort one goes on

