@@ -38,9 +38,11 @@ func (m SandboxMode) String() string {
 // record, after it has mapped its region and before it serves its first call. A spare gets
 // it when it becomes a lane. Goroutine lanes ignore it: they share the host's process.
 //
-// Whatever the layers, a lane with any of them on also sets no_new_privs, drops every
-// capability from every set on every thread (a lane running as root keeps its uid, not
-// the power to bypass permission and ptrace checks, raise limits or renice others), and
+// Whatever the layers, a lane with any of them on also sets no_new_privs, holds no
+// capability on any thread — none effective, permitted, inheritable or ambient; the bounding
+// set stays, and grants nothing at exec under no_new_privs — (a lane running as root keeps
+// its uid, not the power to bypass permission and ptrace checks, raise limits or renice
+// others), and
 // makes itself non-dumpable, so that other lanes of its user cannot open its
 // /proc/<pid>/mem (it dumps no core either, whatever Limits.CoreDumps says).
 type Sandbox struct {
