@@ -21,6 +21,12 @@ func (p *Pool) openProcesses() (lifecycle.Runtime, error) {
 	if err := p.openLimits(); err != nil {
 		return nil, err
 	}
+	// The host watches its own resource limits, which any process of its user — an
+	// unsandboxed lane — can lower, and raises them back (docs/process-lanes.md).
+	var err error
+	if p.hostLimits, err = lifecycle.WatchHostLimits(p.log); err != nil {
+		p.log.Debug("the host's own limits are not watched", zap.Error(err))
+	}
 	p.sweepShm()
 	p.procs = &lifecycle.Launcher{
 		Command: cfg.Process.Command, Prefix: cfg.Process.Prefix, Env: cfg.Process.Env,

@@ -47,7 +47,8 @@ type Limits struct {
 	// thread of the lane's user (not just the lane's), and which root ignores. A Go lane
 	// runs about ten threads of its own.
 	Processes int
-	// CoreDumps lets a crashing lane dump core. Default: RLIMIT_CORE 0.
+	// CoreDumps lets a crashing lane dump core. Default: RLIMIT_CORE 0. A sandboxed lane
+	// (ProcessConfig.Sandbox) is not dumpable and dumps no core either way.
 	CoreDumps bool
 	// Cgroup says whether lanes get cgroups (default CgroupAuto).
 	Cgroup CgroupMode
@@ -140,7 +141,9 @@ func (p *Pool) openLimits() error {
 	l := p.cfg.Process.Limits
 	pl := &p.limits
 	pl.mechanism, pl.memory = LimitsRlimits, l.Memory
-	if l.Cgroup == CgroupRequired || (l.Cgroup == CgroupAuto && !l.zero()) {
+	// By default every lane gets a cgroup, limits or not: it is what kills a lane's
+	// descendants with it, setsid ones too (docs/process-lanes.md, "Limits and cgroups").
+	if l.Cgroup != CgroupOff {
 		p.sweepCgroups()
 		name := fmt.Sprintf("knit-%d-%d", os.Getpid(), p.id)
 		tree, err := lifecycle.OpenCgroups(name, l.CgroupParent, lifecycle.CgroupLimits{
@@ -154,6 +157,8 @@ func (p *Pool) openLimits() error {
 				zap.String("cgroup", name))
 		case l.Cgroup == CgroupRequired:
 			return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits.Cgroup is CgroupRequired", Cause: err}
+		case l.zero():
+			p.log.Info("process lanes: no cgroup; a lane's descendants that leave its process group outlive it", zap.Error(err))
 		default:
 			lost := ""
 			if l.CPUs > 0 {
@@ -190,13 +195,17 @@ func (p *Pool) sweepCgroups() {
 	}
 }
 
-// closeLimits removes the pool's cgroups, killing whatever still runs in them.
-func (p *Pool) closeLimits() {
+// closeLimits removes the pool's cgroups, killing whatever still runs in them (a lane's
+// descendants, escapees into cgroups a lane made beneath its own). What it could not end or
+// remove is the error, which Close returns.
+func (p *Pool) closeLimits() error {
 	if t := p.limits.tree; t != nil {
 		if err := t.Close(); err != nil {
 			p.log.Warn("removing the pool's cgroups", zap.Error(err))
+			return &Error{Code: CodeThreadClosed, Lane: -1, Message: "the pool's cgroups could not all be ended and removed", Cause: err}
 		}
 	}
+	return nil
 }
 
 // limitsExit adds to a lane process's Exit the limits it ran under. The process has been

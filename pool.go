@@ -80,7 +80,8 @@ type Pool struct {
 	evWanted atomic.Bool
 	recent   []Event
 
-	limits poolLimits // process lanes: their limits and cgroups (limits.go)
+	limits     poolLimits            // process lanes: their limits and cgroups (limits.go)
+	hostLimits *lifecycle.HostLimits // process lanes: the host's own rlimits, kept (watchdog)
 
 	shared *shared // a stealing pool's shared submit ring (nil: private lanes)
 	// group is a stealing pool of goroutine lanes' LocalLanes (StealLocal; nil: none).
@@ -190,14 +191,14 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 			w, err := host{p}.StartLane(i, 0)
 			if err != nil {
 				p.stopLanes()
-				p.closeLimits()
+				_ = p.closeLimits()
 				return nil, err
 			}
 			w.Open()
 		}
 		if err := p.startObserving(); err != nil {
 			p.stopLanes()
-			p.closeLimits()
+			_ = p.closeLimits()
 			return nil, err
 		}
 		started = true
@@ -213,7 +214,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	if err != nil {
 		p.closing.Store(true)
 		p.closeEvents()
-		p.closeLimits()
+		_ = p.closeLimits()
 		return nil, err
 	}
 	p.tree = tree
@@ -685,7 +686,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			p.shared.release()
 		}
 		p.spares.Close()
-		p.closeLimits()
+		limitsErr := p.closeLimits()
 		p.stopObserving()
 		p.closeEvents()
 		if len(unacked) > 0 {
@@ -699,6 +700,9 @@ func (p *Pool) Close(ctx context.Context) error {
 				p.closeErr = &Error{Code: CodeThreadClosed, Lane: -1,
 					Message: fmt.Sprintf("lanes %v did not acknowledge their stop request and were abandoned: their goroutines may still run", unacked)}
 			}
+		}
+		if p.closeErr == nil && limitsErr != nil {
+			p.closeErr = limitsErr
 		}
 	})
 	<-p.closeDone

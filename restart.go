@@ -102,7 +102,7 @@ func (r Restart) policy() supervisor.Policy {
 		Type: supervisor.RestartType(r.Type), Strategy: supervisor.Strategy(r.Strategy),
 		MaxRestarts: r.MaxRestarts, Period: r.Period, OnIntensity: supervisor.IntensityAction(r.OnIntensity),
 		CountCallDeaths: r.CountCallDeaths,
-		Backoff: supervisor.Backoff{Min: b.Min, Max: b.Max, Jitter: b.Jitter, Reset: b.Reset, CrashLoopMax: b.CrashLoopMax},
+		Backoff:         supervisor.Backoff{Min: b.Min, Max: b.Max, Jitter: b.Jitter, Reset: b.Reset, CrashLoopMax: b.CrashLoopMax},
 	}
 }
 
@@ -115,6 +115,6 @@ func (r Restart) WithDefaults() Restart {
 	return Restart{
 		Type: RestartType(p.Type), Strategy: Strategy(p.Strategy), MaxRestarts: p.MaxRestarts, Period: p.Period,
 		OnIntensity: IntensityAction(p.OnIntensity), CountCallDeaths: p.CountCallDeaths,
-		Backoff:     Backoff{Min: b.Min, Max: b.Max, Jitter: b.Jitter, Reset: b.Reset, CrashLoopMax: b.CrashLoopMax},
+		Backoff: Backoff{Min: b.Min, Max: b.Max, Jitter: b.Jitter, Reset: b.Reset, CrashLoopMax: b.CrashLoopMax},
 	}
 }

@@ -59,8 +59,8 @@ func TestStealModeChosen(t *testing.T) {
 	if _, err := knit.NewPool(knit.Config{Lanes: 2, Steal: knit.StealDekker, MaxCallsPerLane: 10, Logger: quiet()}, add); err == nil {
 		t.Error("a recycling StealDekker pool was accepted")
 	}
-	if _, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Steal: knit.StealLocal, Logger: quiet()}, add); !errors.Is(err, knit.ErrPoolUnavailable) {
-		t.Errorf("a StealLocal pool of process lanes: %v, want POOL_UNAVAILABLE", err)
+	if _, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Steal: knit.StealLocal, Logger: quiet()}, add); !errors.Is(err, knit.ErrInvalidArgument) {
+		t.Errorf("a StealLocal pool of process lanes: %v, want INVALID_ARGUMENT", err)
 	}
 }
 

@@ -1277,3 +1277,185 @@ const maxHeapPerTask = 2048
 var truncOwnRegion = knit.Define("test.fds.truncate", func(_ context.Context, size int64) (string, error) {
 	return fmt.Sprint(unix.Ftruncate(lifecycle.RegionFD(), size)), nil
 })
+
+// A sandboxed lane turns on its host: every way a process of the host's user acts on another
+// through a pid (issue 29). The probes set what the host has already (its own limits, nice
+// value, affinity, I/O priority, OOM score), so that an attack that gets through changes
+// nothing; whether the kernel let it through is what each reports.
+
+// hostProbe is one attack: Op on process PID; Addr and Value for the memory ops, Vals for
+// the others.
+type hostProbe struct {
+	Op    string
+	PID   int
+	Addr  uint64
+	Value uint64
+	Vals  []int64
+}
+
+// hostAttack runs a hostProbe in the lane and reports the errno it failed with, or "ok"
+// (with what it read, for memread).
+var hostAttack = knit.Define("test.sandbox.host", func(_ context.Context, in hostProbe) (string, error) {
+	return attackHost(in)
+})
+
+const ioprioWhoProcess = 1 // linux/ioprio.h
+
+func attackHost(in hostProbe) (string, error) {
+	pid := uintptr(in.PID)
+	arg := func(i int) int64 {
+		if i < len(in.Vals) {
+			return in.Vals[i]
+		}
+		return 0
+	}
+	switch in.Op {
+	case "prlimit": // Vals: resource, soft, hard
+		lim := unix.Rlimit{Cur: uint64(arg(1)), Max: uint64(arg(2))}
+		_, _, e := unix.RawSyscall6(unix.SYS_PRLIMIT64, pid, uintptr(arg(0)), uintptr(unsafe.Pointer(&lim)), 0, 0, 0)
+		return errnoOf(errnoErr(e)), nil
+	case "setpriority": // Vals: nice
+		_, _, e := unix.RawSyscall(unix.SYS_SETPRIORITY, unix.PRIO_PROCESS, pid, uintptr(arg(0)))
+		return errnoOf(errnoErr(e)), nil
+	case "affinity":
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(in.PID, &set); err != nil {
+			return "", err
+		}
+		return errnoOf(unix.SchedSetaffinity(in.PID, &set)), nil
+	case "ioprio":
+		prio, _, e := unix.RawSyscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, pid, 0)
+		if e != 0 {
+			return "", e
+		}
+		_, _, e = unix.RawSyscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, pid, prio)
+		return errnoOf(errnoErr(e)), nil
+	case "setpgid": // Vals: the group to join
+		err := unix.Setpgid(0, int(arg(0)))
+		if err == nil {
+			_ = unix.Setpgid(0, 0) // its own group again
+		}
+		return errnoOf(err), nil
+	case "setown": // have the kernel signal PID when a pipe of the lane's is ready
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return "", err
+		}
+		defer unix.Close(p[0])
+		defer unix.Close(p[1])
+		_, _, e1 := unix.RawSyscall(unix.SYS_FCNTL, uintptr(p[0]), unix.F_SETOWN, pid)
+		// SIGURG, which the Go runtime takes in its stride, rather than SIGKILL.
+		_, _, e2 := unix.RawSyscall(unix.SYS_FCNTL, uintptr(p[0]), unix.F_SETSIG, uintptr(unix.SIGURG))
+		return errnoOf(errnoErr(e1)) + " " + errnoOf(errnoErr(e2)), nil
+	case "memread", "memwrite":
+		mode := os.O_RDONLY
+		if in.Op == "memwrite" {
+			mode = os.O_RDWR
+		}
+		f, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", in.PID), mode, 0)
+		if err != nil {
+			return errnoOf(err), nil
+		}
+		defer f.Close()
+		var b [8]byte
+		if in.Op == "memwrite" {
+			binary.NativeEndian.PutUint64(b[:], in.Value)
+			_, err = f.WriteAt(b[:], int64(in.Addr))
+			return errnoOf(err), nil
+		}
+		if _, err := f.ReadAt(b[:], int64(in.Addr)); err != nil {
+			return errnoOf(err), nil
+		}
+		return "ok " + strconv.FormatUint(binary.NativeEndian.Uint64(b[:]), 10), nil
+	case "oomadj": // a file of the host's that its user may write without ptrace access
+		path := fmt.Sprintf("/proc/%d/oom_score_adj", in.PID)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
+		}
+		return errnoOf(os.WriteFile(path, b, 0)), nil
+	case "otherlane": // Vals: the pool's two lane pids; open the other one's region
+		other := int(arg(0))
+		if other == os.Getpid() {
+			other = int(arg(1))
+		}
+		f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/3", other), os.O_RDWR, 0)
+		if err == nil {
+			f.Close()
+		}
+		return errnoOf(err), nil
+	case "privileges": // what the lane holds: "CapPrm CapEff NoNewPrivs dumpable"
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return "", err
+		}
+		var out []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "CapPrm" || k == "CapEff" || k == "NoNewPrivs") {
+				out = append(out, k+"="+strings.TrimSpace(v))
+			}
+		}
+		d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+		if err != nil {
+			return "", err
+		}
+		return strings.Join(append(out, "dumpable="+strconv.Itoa(d)), " "), nil
+	case "execcaps": // what a program the lane runs holds
+		out, err := exec.Command("grep", "-E", "^Cap(Prm|Eff)", "/proc/self/status").Output()
+		return strings.Join(strings.Fields(string(out)), " "), err
+	case "pidfd":
+		fd, err := unix.PidfdOpen(in.PID, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return errnoOf(err), nil
+	}
+	return "", fmt.Errorf("unknown host probe %q", in.Op)
+}
+
+// escapeScript makes, for each of its arguments (a lane cgroup's directory), a cgroup beside
+// it and moves itself there; it prints "escaped" if it could everywhere, "refused"
+// otherwise, and sleeps.
+const escapeScript = `r=escaped
+
+for d in "$@"; do
+	if ! mkdir "$d/../escape.$$" 2>/dev/null || ! (echo $$ > "$d/../escape.$$/cgroup.procs") 2>/dev/null; then r=refused; fi
+done
+echo "$r"
+exec sleep 1000`
+
+// leaveCgroup, with child set, starts escapeScript in a session of its own (out of the
+// lane's process group) and returns "<pid> <what it printed>"; without, the lane itself
+// tries: it returns the errno of its first refused step, or "ok".
+var leaveCgroup = knit.Define("test.cgroup.leave", func(_ context.Context, child bool) (string, error) {
+	dirs, err := laneCgroupDirs()
+	if err != nil {
+		return "", err
+	}
+	if !child {
+		for _, d := range dirs {
+			esc := filepath.Join(filepath.Dir(d), "escape."+strconv.Itoa(os.Getpid()))
+			if err := unix.Mkdir(esc, 0o755); err != nil {
+				return errnoOf(err), nil
+			}
+			if err := os.WriteFile(filepath.Join(esc, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+				return errnoOf(err), nil
+			}
+		}
+		return "ok", nil
+	}
+	cmd := exec.Command("sh", append([]string{"-c", escapeScript, "sh"}, dirs...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("escaping child: %w", err)
+	}
+	return strconv.Itoa(cmd.Process.Pid) + " " + strings.TrimSpace(line), nil
+})

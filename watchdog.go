@@ -38,6 +38,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case <-t.C:
 		}
+		p.hostLimits.Check() // a lane may have lowered the host's own limits (prlimit64)
 		now := time.Now()
 		if sh := p.shared; sh != nil { // the same for the shared ring: its backlog, its claimants
 			if sh.host.Queued() > 0 {

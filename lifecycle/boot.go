@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,8 +38,8 @@ const (
 	EnvLane = "KNIT_LANE" // set in every lane process: NewPool refuses to run there
 	// EnvSpare marks a spare: a lane process started ahead of need, with no boot record yet.
 	// It waits on FDRegion, a unix socket, for its record and descriptors (see Launcher.Assign).
-	// Its value is "1" when the socket is inherited, or the rendezvous (shm.Dial) where the
-	// spare connects for it.
+	// Its value is "1" when the socket is inherited, or "<rendezvous>:<key>": where the spare
+	// connects for it (shm.Dial), and the secret it proves itself with.
 	EnvSpare = "KNIT_SPARE"
 )
 
@@ -68,8 +69,9 @@ type Boot struct {
 	Version     uint32     `json:"version"`
 	Lane        uint32     `json:"lane"`
 	Incarnation uint32     `json:"incarnation"`
-	Shm         string     `json:"shm,omitempty"` // a rendezvous (shm.CollectUpTo) for the record and descriptors; empty: inherited
-	Tasks       []BootTask `json:"-"`             // in the record's binary task table (EncodeBoot)
+	Shm         string     `json:"shm,omitempty"`     // a rendezvous (shm.CollectUpTo) for the record and descriptors; empty: inherited
+	ShmKey      string     `json:"shm_key,omitempty"` // the rendezvous's secret, which proves the lane is the lane (in EnvBoot, with Shm)
+	Tasks       []BootTask `json:"-"`                 // in the record's binary task table (EncodeBoot)
 	MaxCall     int        `json:"max_call"`
 	Spin        int64      `json:"spin_ns"`
 	Park        int64      `json:"park_ns"`
@@ -305,7 +307,8 @@ func receiveBoot() ([]byte, laneFDs, error) {
 		return nil, laneFDs{}, fmt.Errorf("no %s: this process was not started by a knit host", EnvBoot)
 	}
 	var where struct {
-		Shm string `json:"shm"`
+		Shm    string `json:"shm"`
+		ShmKey string `json:"shm_key"`
 	}
 	if err := json.Unmarshal([]byte(env), &where); err != nil {
 		return nil, laneFDs{}, fmt.Errorf("%s: %w", EnvBoot, err)
@@ -315,9 +318,10 @@ func receiveBoot() ([]byte, laneFDs, error) {
 		return record, inheritedFDs, err
 	}
 	// A wrapper may have closed inherited descriptors: the record and the others come from
-	// the host's socket. The host put the record's file on 3 to 5 too, to keep those
-	// numbers for them, in case the wrapper lets them through.
-	files, err := shm.CollectUpTo(where.Shm, 4)
+	// the host's socket, which hands them over only to a peer that sends the key. The host
+	// put the record's file on 3 to 5 too, to keep those numbers for them, in case the
+	// wrapper lets them through.
+	files, err := shm.CollectUpTo(where.Shm, where.ShmKey, 4)
 	if err != nil {
 		return nil, laneFDs{}, err
 	}
@@ -344,7 +348,7 @@ func bootEnv(b Boot, max int) (string, error) {
 		return "", err
 	}
 	if max > 0 && len(settings) > max {
-		settings, err = json.Marshal(Boot{Version: b.Version, Lane: b.Lane, Incarnation: b.Incarnation, Shm: b.Shm})
+		settings, err = json.Marshal(Boot{Version: b.Version, Lane: b.Lane, Incarnation: b.Incarnation, Shm: b.Shm, ShmKey: b.ShmKey})
 	}
 	return string(settings), err
 }
@@ -578,17 +582,18 @@ const placeholderText = "knit: descriptor number kept for a lane"
 // descriptors — puts the descriptors where a lane started directly finds them (placeFDs)
 // and returns the record. The socket is on FDRegion, and the host put it on FDDone and
 // FDSteal too, to keep those numbers for the descriptors to come; with SharedMemory Named,
-// the spare connects for it and puts it on FDRegion, over the host's placeholder there or if
-// the number is free.
+// the spare connects for it (EnvSpare is "name:key") and puts it on FDRegion, over the
+// host's placeholder there or if the number is free.
 func awaitAssignment() ([]byte, laneFDs, error) {
 	sock := FDRegion
 	var ours []fds.ID
-	if name := os.Getenv(EnvSpare); name != "1" { // SharedMemory Named: connect for the socket
+	if v := os.Getenv(EnvSpare); v != "1" { // SharedMemory Named: connect for the socket
+		name, key, _ := strings.Cut(v, ":")
 		if shm.IsSealedWith(FDRegion, []byte(placeholderText)) {
 			id, _ := fds.Of(FDRegion)
 			ours = append(ours, id)
 		}
-		conn, err := shm.Dial(name)
+		conn, err := shm.Dial(name, key)
 		if err != nil {
 			return nil, laneFDs{}, fmt.Errorf("connecting to the host: %w", err)
 		}

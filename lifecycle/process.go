@@ -37,9 +37,10 @@ type Process struct {
 // Start starts lane process b.Lane: files (the region's memfd, the completion eventfd, a
 // stealing pool's shared ring) go on fds 3, 4 and 5 and the boot record on FDBoot, or, with
 // Named, all of them through a rendezvous named in the settings (EnvBoot), handed over to
-// the first process that connects if it is the lane or a descendant of it. A failed
-// hand-over kills the process (Exit.Handoff). Start returns once the process has started;
-// its errors say which step failed.
+// the first process that connects and proves it is the lane (or a descendant of it) with
+// the rendezvous's key, which the settings carry too. A failed hand-over kills the process
+// (Exit.Handoff). Start returns once the process has started; its errors say which step
+// failed.
 func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 	if len(files) > FDBoot-FDRegion {
 		return nil, fmt.Errorf("%d descriptors for a lane, at most %d", len(files), FDBoot-FDRegion)
@@ -50,7 +51,7 @@ func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shared memory: %v", err)
 		}
-		p.rv, b.Shm = rv, rv.Name()
+		p.rv, b.Shm, b.ShmKey = rv, rv.Name(), rv.Key()
 	}
 	fail := func(err error) (*Process, error) {
 		if p.rv != nil {
@@ -93,6 +94,7 @@ func (lc *Launcher) Start(b Boot, files []*os.File) (*Process, error) {
 		boot.Close() // the lane has its own descriptor of it
 		return p, nil
 	}
+	p.rv.Refused = lc.refused(p.lane, p.pid)
 	p.handed = make(chan struct{})
 	go p.handOver(b, append([]*os.File{boot}, files...))
 	return p, nil
@@ -112,8 +114,9 @@ func bootFile(b Boot) (*os.File, error) {
 }
 
 // handOver gives the boot record (files[0], which it closes) and the descriptors to the lane
-// process through the rendezvous: to the first process that connects, if it is the lane. A
-// failed hand-over before the lane has ended kills it; it fails its start.
+// process through the rendezvous, once it has connected and proved itself (peers it refuses
+// are logged, and it waits on for the lane). A failed hand-over — the lane did not connect
+// before the startup timeout — kills it; it fails its start.
 func (p *Process) handOver(b Boot, files []*os.File) {
 	defer close(p.handed)
 	defer files[0].Close()
@@ -126,6 +129,26 @@ func (p *Process) handOver(b Boot, files []*os.File) {
 	case <-p.waited: // the lane ended first: Wait closed the rendezvous
 	default:
 		p.Kill(Exit{Handoff: err})
+	}
+}
+
+// refused logs a peer the rendezvous of lane process pid (lane -1: a spare) refused: the
+// first at Warn — a stranger tried to take a lane's shared memory, or a wrapper got in the
+// lane's way — the rest at Debug, so that a stranger connecting in a loop cannot flood the
+// log. The rendezvous calls it from the one goroutine that accepts.
+func (lc *Launcher) refused(lane, pid int) func(shm.Peer, error) {
+	n := 0
+	return func(peer shm.Peer, err error) {
+		n++
+		const msg = "shared memory rendezvous: refused a peer, which got nothing; waiting for the lane"
+		ce := logging.Debug(lc.Log, msg)
+		if n == 1 {
+			ce = lc.Log.Check(zap.WarnLevel, msg)
+		}
+		if ce != nil {
+			ce.Write(zap.Int("lane", lane), zap.Int("lane_pid", pid), zap.Int("peer_pid", peer.PID),
+				zap.Int("peer_uid", peer.UID), zap.Int("refused", n), zap.Error(err))
+		}
 	}
 }
 

@@ -37,6 +37,14 @@ func (m SandboxMode) String() string {
 // Sandbox confines a process lane: each layer is applied by the lane itself, from its boot
 // record, after it has mapped its region and before it serves its first call. A spare gets
 // it when it becomes a lane. Goroutine lanes ignore it: they share the host's process.
+//
+// Whatever the layers, a lane with any of them on also sets no_new_privs, holds no
+// capability on any thread — none effective, permitted, inheritable or ambient; the bounding
+// set stays, and grants nothing at exec under no_new_privs — (a lane running as root keeps
+// its uid, not the power to bypass permission and ptrace checks, raise limits or renice
+// others), and
+// makes itself non-dumpable, so that other lanes of its user cannot open its
+// /proc/<pid>/mem (it dumps no core either, whatever Limits.CoreDumps says).
 type Sandbox struct {
 	// Landlock restricts the files the lane may open, its TCP connections and the
 	// processes it may signal.
@@ -66,18 +74,40 @@ type Landlock struct {
 	AllowNetwork bool `json:"net,omitempty"`
 }
 
-// Seccomp is knit's seccomp preset: a filter, installed on every thread of the lane, that
-// makes these system calls fail with EPERM: fork, vfork, execve, execveat, clone without
+// Seccomp is knit's seccomp preset: filters, installed on every thread of the lane, that
+// make these system calls fail with EPERM: fork, vfork, execve, execveat, clone without
 // CLONE_THREAD (the Go runtime's threads use clone with it, and keep working); ptrace,
-// process_vm_readv/writev, pidfd_getfd; mount and the new mount API, umount2, pivot_root,
+// process_vm_readv/writev, pidfd_open, pidfd_getfd, pidfd_send_signal, kcmp,
+// process_madvise, process_mrelease; mount and the new mount API, umount2, pivot_root,
 // chroot; unshare, setns; kexec_load, kexec_file_load, reboot, init_module, finit_module,
 // delete_module; bpf, perf_event_open, userfaultfd; keyctl, add_key, request_key; swapon,
 // swapoff, acct, quotactl; io_uring_setup/enter/register (io_uring runs operations that
-// seccomp never sees); name_to_handle_at, open_by_handle_at; signals to any process but the
-// lane itself (kill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo aimed elsewhere, tkill,
-// pidfd_send_signal), so a lane cannot kill its host. clone3 fails with ENOSYS, so
-// that C libraries fall back to clone, whose flags the filter can check. Any system call
-// through a foreign ABI (32-bit x86 on amd64, x32) fails with ENOSYS.
+// seccomp never sees); name_to_handle_at, open_by_handle_at; tkill.
+//
+// And every call through which a process acts on another, unless it names the lane itself:
+// signals (kill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo reach the lane's pid only, not
+// its group nor -1); limits and scheduling (prlimit64, setpriority, sched_setaffinity,
+// sched_setscheduler, sched_setparam, sched_setattr, ioprio_set, migrate_pages,
+// move_pages, get_robust_list take pid 0 or the lane's; setpriority and ioprio_set never a
+// group or a user); setpgid (the lane cannot join another process group, the host's
+// included); and asking the kernel to signal another process or act on a terminal: fcntl
+// F_SETOWN, F_SETOWN_EX, F_SETSIG, the ioctls FIOSETOWN, SIOCSPGRP, TIOCSPGRP and TIOCSTI.
+// The lane's own threads count as other processes there (sched_setaffinity on a thread id
+// fails). So a lane can neither kill its host nor lower its limits, renice it or take its
+// process group.
+//
+// Where the kernel has Landlock ABI 2 (Linux 5.19) and the Landlock layer is off, the preset
+// also puts the lane in a Landlock domain of its own that denies every write beneath /proc
+// and /sys and allows writes elsewhere (with the Landlock layer on, its domain does that
+// work, and its policy decides what the lane may write): it keeps the lane off other processes' /proc/<pid>/mem, environ and fd
+// (ptrace-mode access to a process outside the domain), off /proc/<host>/oom_score_adj, off
+// the cgroup filesystems (a lane cannot make, or move into, a cgroup outside its own) and
+// off sysfs. Without it a required preset fails the lane; a best-effort one goes on
+// without, logged as downgraded.
+//
+// clone3 fails with ENOSYS, so that C libraries fall back to clone, whose flags the filter
+// can check. Any system call through a foreign ABI (32-bit x86 on amd64, x32) fails with
+// ENOSYS.
 type Seccomp struct {
 	Mode SandboxMode `json:"mode,omitempty"`
 }

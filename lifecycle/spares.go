@@ -151,7 +151,7 @@ func (s *Spares) startSpare() (*Spare, error) {
 		if rv, err = shm.Listen(); err != nil {
 			return nil, err
 		}
-		env = EnvSpare + "=" + rv.Name()
+		env = EnvSpare + "=" + rv.Name() + ":" + rv.Key()
 		// Should the wrapper let them through, these keep fds 3 to 5 for the socket and
 		// the descriptors to come (awaitAssignment).
 		ph, err := shm.SealedFile("knit-placeholder", []byte(placeholderText))
@@ -226,6 +226,7 @@ func (s *Spares) startSpare() (*Spare, error) {
 			case <-accepted:
 			}
 		}()
+		rv.Refused = lc.refused(-1, c.pid)
 		sp.sock, err = rv.Accept(deadline, peerCheck(c.pid))
 		close(accepted)
 		if err != nil {

@@ -178,15 +178,16 @@ func (c *child) dropCgroup(log *zap.Logger) (oomKills uint64) {
 // peerCheck admits the process that connected to a rendezvous meant for process pid: it must
 // run as this host's user and be pid or one of its descendants (a wrapper in Prefix may
 // fork, or start it in a new pid namespace: a child namespace's processes keep a pid here).
-// Only a peer whose pid the kernel cannot map into this host's pid namespace (reported as 0:
-// the lane was started outside the host's process tree) is admitted on the user alone; no
-// lane can arrange that for itself, as the namespaces it can create are children of its own.
+// A peer whose pid the kernel cannot map into this host's pid namespace (reported as 0) is
+// refused before it gets here (shm.Rendezvous): a lane is always a descendant of its host,
+// so such a peer is a stranger, in a namespace beside or above the host's. The peer must
+// then prove itself with the rendezvous's key too, which only the lane was given.
 func peerCheck(pid int) func(shm.Peer) error {
 	return func(p shm.Peer) error {
 		if p.UID != os.Geteuid() {
 			return fmt.Errorf("peer runs as uid %d, the host as %d", p.UID, os.Geteuid())
 		}
-		if p.PID == 0 || descendsFrom(p.PID, pid) {
+		if p.PID > 0 && descendsFrom(p.PID, pid) {
 			return nil
 		}
 		return fmt.Errorf("peer pid %d is not lane process %d or one of its descendants", p.PID, pid)

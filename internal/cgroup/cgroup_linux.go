@@ -411,34 +411,86 @@ func (g *Group) OOMKills() uint64 {
 	return n
 }
 
-// Kill sends SIGKILL to every process in the group and waits (KillTimeout at most) until
-// none is left. v2 writes cgroup.kill, which reaches processes forking meanwhile too. v1
-// freezes the group where the freezer hierarchy is mounted, signals every pid in
-// cgroup.procs and thaws it, until cgroup.procs is empty.
+// Kill sends SIGKILL to every process in the group and in every cgroup beneath it (a lane
+// may make cgroups inside its own and move its children there), and waits (KillTimeout at
+// most) until none is left. v2 writes cgroup.kill, which reaches the whole subtree and
+// processes forking meanwhile too. v1 freezes the group where the freezer hierarchy is
+// mounted (which freezes the cgroups beneath it too), signals every pid in the
+// cgroup.procs of each cgroup of the subtree, in every hierarchy, and thaws it, until they
+// are all empty.
 func (g *Group) Kill() error {
-	deadline := time.Now().Add(KillTimeout)
+	return killAll(g.dirs(), g.freezerDir(), g.v2 != nil, g.name)
+}
+
+// dirs is the group's directory in each hierarchy it is in.
+func (g *Group) dirs() []string {
 	if g.v2 != nil {
-		if err := g.v2.Kill(); err != nil {
-			return err
+		return []string{g.dir}
+	}
+	return dirsV1(g.tree.hier, g.path1)
+}
+
+// freezerDir is the group's v1 freezer directory, or "" (v2, or no freezer hierarchy).
+func (g *Group) freezerDir() string {
+	if g.v2 != nil {
+		return ""
+	}
+	d, err := dirV1(g.tree.hier, g.path1, cgroup1.Freezer)
+	if err != nil {
+		return ""
+	}
+	return d
+}
+
+// dirsV1 is p's directory in every hierarchy of h.
+func dirsV1(h cgroup1.Hierarchy, p cgroup1.Path) []string {
+	subs, err := h()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range subs {
+		if d, err := dirV1(h, p, s.Name()); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// killAll kills every process in the cgroups at and beneath tops (one cgroup's directory in
+// each hierarchy) and waits, KillTimeout at most, until they are empty. On v2 cgroup.kill
+// reaches the whole subtree at once (Linux 5.14; before it, the processes are signalled one
+// by one, like v1's, in a frozen subtree). On v1, freezer (the cgroup's freezer directory,
+// "" if none) is frozen while its processes are signalled, so that none forks meanwhile.
+// name names the cgroup in the error, which lists the processes left.
+func killAll(tops []string, freezer string, v2 bool, name string) error {
+	if len(tops) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(KillTimeout)
+	oneByOne := !v2
+	if v2 {
+		if err := os.WriteFile(filepath.Join(tops[0], "cgroup.kill"), []byte("1"), 0); err != nil {
+			if !exists(tops[0]) {
+				return nil // nothing left to kill: the cgroup is gone
+			}
+			oneByOne = true
 		}
 	}
 	delay := 100 * time.Microsecond
 	for {
-		pids, err := g.Pids()
+		pids, err := pidsBeneath(tops)
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
+			return fmt.Errorf("cgroup %s: %w", name, err)
 		}
 		if len(pids) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: %d processes still there after %v", g.name, len(pids), KillTimeout)
+			return fmt.Errorf("cgroup %s: %d processes still there after %v: %v", name, len(pids), KillTimeout, pids)
 		}
-		if g.v1 != nil {
-			thaw := g.freezeV1()
+		if oneByOne {
+			thaw := freeze(freezer, v2, tops[0])
 			for _, pid := range pids {
 				_ = unix.Kill(pid, unix.SIGKILL)
 			}
@@ -450,20 +502,116 @@ func (g *Group) Kill() error {
 	}
 }
 
-// freezeV1 freezes a v1 group so that none of its processes forks while it is being
-// killed, and returns the thaw (killed processes die once thawed). It writes freezer.state
-// itself rather than through cgroup1's Freeze, which waits without bound for FROZEN: a
-// process in uninterruptible sleep can keep a group FREEZING for as long as it sleeps.
-func (g *Group) freezeV1() (thaw func()) {
-	dir, err := dirV1(g.tree.hier, g.path1, cgroup1.Freezer)
-	if err != nil {
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// pidsBeneath lists, without repeats, the processes in the cgroups at and beneath each of
+// tops. A top that does not exist holds none.
+func pidsBeneath(tops []string) ([]int, error) {
+	seen := map[int]bool{}
+	var pids []int
+	for _, top := range tops {
+		err := filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) { // removed meanwhile
+					return nil
+				}
+				return err
+			}
+			if !d.IsDir() {
+				return nil
+			}
+			b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENODEV) { // removed meanwhile
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 && !seen[pid] {
+					seen[pid] = true
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return pids, nil
+}
+
+// freeze freezes a subtree so that none of its processes forks while they are being killed,
+// and returns the thaw (killed processes die once thawed): v1 through the freezer
+// directory's freezer.state (nothing without one), v2 through top's cgroup.freeze. It
+// writes the state itself rather than through cgroup1's Freeze, which waits without bound
+// for FROZEN: a process in uninterruptible sleep can keep a group FREEZING for as long as it
+// sleeps.
+func freeze(freezer string, v2 bool, top string) (thaw func()) {
+	file, frozen, thawed := filepath.Join(freezer, "freezer.state"), "FROZEN", "THAWED"
+	if v2 {
+		file, frozen, thawed = filepath.Join(top, "cgroup.freeze"), "1", "0"
+	} else if freezer == "" {
 		return func() {}
 	}
-	state := filepath.Join(dir, "freezer.state")
-	if os.WriteFile(state, []byte("FROZEN"), 0) != nil {
+	if os.WriteFile(file, []byte(frozen), 0) != nil {
 		return func() {}
 	}
-	return func() { _ = os.WriteFile(state, []byte("THAWED"), 0) }
+	return func() { _ = os.WriteFile(file, []byte(thawed), 0) }
+}
+
+// removeAll removes the cgroup directories at and beneath each of tops, deepest first (a
+// cgroup directory goes with rmdir, and only once it has no process and no child). A
+// directory already gone is no error. It reports every directory it could not remove.
+func removeAll(tops []string) error {
+	var errs []error
+	for _, top := range tops {
+		var dirs []string
+		err := filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cgroup: listing %s: %w", top, err))
+		}
+		for i := len(dirs) - 1; i >= 0; i-- { // WalkDir lists a directory before its children
+			if err := rmdir(dirs[i]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rmdir removes an empty cgroup directory. A cgroup whose last process was just killed may
+// still count it for a moment (EBUSY): it tries again, KillTimeout at most.
+func rmdir(dir string) error {
+	delay := 100 * time.Microsecond
+	deadline := time.Now().Add(KillTimeout)
+	for {
+		err := unix.Rmdir(dir)
+		switch {
+		case err == nil || errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(delay)
+			delay = min(2*delay, 10*time.Millisecond)
+		default:
+			return fmt.Errorf("cgroup: removing %s: %w", dir, err)
+		}
+	}
 }
 
 // Remove kills what is left in the group and removes its directory. Once it has succeeded
@@ -485,18 +633,15 @@ func (g *Group) Remove() error {
 }
 
 func (g *Group) remove() error {
-	kerr := g.Kill()
-	var derr error
-	if g.v2 != nil {
-		derr = g.v2.Delete()
-	} else {
-		derr = g.v1.Delete()
+	if err := g.Kill(); err != nil {
+		return err // its directories cannot go while processes are in them
 	}
-	return errors.Join(kerr, derr)
+	return removeAll(g.dirs())
 }
 
-// Close removes every group still there (killing what runs in them) and the pool's
-// directory. It is idempotent.
+// Close kills every process in the pool's cgroup and beneath it — in the lanes' groups, and
+// in any cgroup a lane made beside them — and removes every directory there and the pool's
+// own. It is idempotent. Its error says what it could not kill or remove.
 func (t *Tree) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -509,16 +654,37 @@ func (t *Tree) Close() error {
 		left = append(left, g)
 	}
 	t.mu.Unlock()
+	// The whole subtree at once: a process a lane moved beside its own group would run on
+	// otherwise while its siblings die, and keep the pool's directory.
+	if err := killAll(t.poolDirs(), t.poolFreezer(), t.version == V2, t.name); err != nil {
+		return err
+	}
 	var errs []error
 	for _, g := range left {
 		errs = append(errs, g.Remove())
 	}
-	if t.pool2 != nil {
-		errs = append(errs, t.pool2.Delete())
-	} else {
-		errs = append(errs, t.pool1.Delete())
-	}
+	errs = append(errs, removeAll(t.poolDirs()))
 	return errors.Join(errs...)
+}
+
+// poolDirs is the pool's directory in each hierarchy.
+func (t *Tree) poolDirs() []string {
+	if t.version == V2 {
+		return []string{t.dir2}
+	}
+	return dirsV1(t.hier, t.path1)
+}
+
+// poolFreezer is the pool's v1 freezer directory, or "".
+func (t *Tree) poolFreezer() string {
+	if t.version == V2 {
+		return ""
+	}
+	d, err := t.pool1Dir(cgroup1.Freezer)
+	if err != nil {
+		return ""
+	}
+	return d
 }
 
 // poolName matches the directories knit pools make: knit-<host pid>-<pool>.
@@ -600,6 +766,13 @@ func Sweep(opts Options) ([]string, error) {
 			if err != nil || pid == os.Getpid() || unix.Kill(pid, 0) != unix.ESRCH {
 				continue
 			}
+			// A pid this host cannot see may be a live host in another pid namespace
+			// sharing the parent, its lanes in the directory, as invisible to this host as
+			// it is. A dead host of this namespace left its directory empty, or holding
+			// processes this host can see (escapees): only those are swept.
+			if any, visible := populated(filepath.Join(dir, e.Name())); any && !visible {
+				continue
+			}
 			dead[e.Name()] = true
 			names = append(names, e.Name())
 		}
@@ -618,62 +791,53 @@ func Sweep(opts Options) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-// sweepPool removes a dead host's pool directory: every lane group in it (killed and
-// removed like the host's own Group.Remove), then the directory.
+// sweepPool removes a dead host's pool directory, in every hierarchy: it kills everything
+// at and beneath it (its lanes' groups, and any cgroup a lane made) like Tree.Close, and
+// removes every directory there.
 func (t *Tree) sweepPool(name string, parents []string) error {
-	lanes := map[string]bool{}
+	var tops []string
 	for _, dir := range parents {
-		entries, _ := os.ReadDir(filepath.Join(dir, name))
-		for _, e := range entries {
-			if e.IsDir() {
-				lanes[e.Name()] = true
-			}
+		tops = append(tops, filepath.Join(dir, name))
+	}
+	freezer := ""
+	if t.version == V1 {
+		parent := t.path1
+		pool := func(n cgroup1.Name) (string, error) {
+			p, err := parent(n)
+			return path.Join(p, name), err
+		}
+		if d, err := dirV1(t.hier, pool, cgroup1.Freezer); err == nil {
+			freezer = d
 		}
 	}
-	var errs []error
-	if t.version == V2 {
-		t.dir2 = filepath.Join(parents[0], name)
-		group := strings.TrimPrefix(t.dir2, t.mount)
-		for lane := range lanes {
-			m, err := cgroup2.Load(path.Join(group, lane), cgroup2.WithMountpoint(t.mount))
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			g := &Group{tree: t, name: lane, v2: m, dir: filepath.Join(t.dir2, lane)}
-			errs = append(errs, g.remove())
-		}
-		m, err := cgroup2.Load(group, cgroup2.WithMountpoint(t.mount))
-		if err == nil {
-			err = m.Delete()
-		}
-		return errors.Join(append(errs, err)...)
+	if err := killAll(tops, freezer, t.version == V2, name); err != nil {
+		return err
 	}
-	parent := t.path1
-	pool := func(n cgroup1.Name) (string, error) {
-		p, err := parent(n)
-		return path.Join(p, name), err
-	}
-	for lane := range lanes {
-		lp := func(n cgroup1.Name) (string, error) {
-			p, err := pool(n)
-			return path.Join(p, lane), err
-		}
-		c, err := cgroup1.Load(lp, cgroup1.WithHierarchy(t.hier))
+	return removeAll(tops)
+}
+
+// populated reports whether any process is in the cgroup at dir or beneath it, and whether
+// this host can see one of them (cgroup.procs shows one it cannot as 0, or not at all).
+func populated(dir string) (any, visible bool) {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
-			if !errors.Is(err, cgroup1.ErrCgroupDeleted) {
-				errs = append(errs, err)
-			}
-			continue
+			return nil
 		}
-		g := &Group{tree: t, name: lane, v1: c, path1: lp}
-		errs = append(errs, g.remove())
-	}
-	c, err := cgroup1.Load(pool, cgroup1.WithHierarchy(t.hier))
-	if err == nil {
-		err = c.Delete()
-	} else if errors.Is(err, cgroup1.ErrCgroupDeleted) {
-		err = nil
-	}
-	return errors.Join(append(errs, err)...)
+		if d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			any = true
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 && unix.Kill(pid, 0) != unix.ESRCH {
+				visible = true
+				return filepath.SkipAll
+			}
+		}
+		return nil
+	})
+	return any, visible
 }

@@ -334,3 +334,128 @@ func TestSweep(t *testing.T) {
 		})
 	}
 }
+
+// escape starts, in group g, two setsid processes that leave it: one for a cgroup it makes
+// inside g, one for a cgroup it makes beside g in the pool's directory, in every hierarchy
+// (a lane's children can, where they may write the cgroup filesystem). It returns their pids
+// once both have moved.
+func escape(t *testing.T, tree *Tree, g *Group) []int {
+	t.Helper()
+	script := `for d in $LANE_DIRS; do mkdir "$d/inner" "$d/../stray" || exit 1; done
+for where in inner ../stray; do
+	WHERE=$where setsid sh -c 'for d in $LANE_DIRS; do echo $$ > "$d/$WHERE/cgroup.procs" || exit 1; done; echo "moved $$"; exec sleep 1000' &
+done
+wait`
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = append(os.Environ(), "LANE_DIRS="+strings.Join(g.dirs(), " "))
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	dir, err := g.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir != nil {
+		defer dir.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(dir.Fd())
+	}
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	// On v1 the script starts outside g and is moved in before it may run: it waits for
+	// its standard input to close.
+	in, _ := cmd.StdinPipe()
+	cmd.Args = []string{"sh", "-c", "read -r _; " + script}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if dir == nil {
+		if err := g.Add(cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.Close()
+	sc := bufio.NewScanner(out)
+	var pids []int
+	for len(pids) < 2 && sc.Scan() {
+		pid, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "moved "))
+		if err != nil {
+			t.Fatalf("escaping script said %q", sc.Text())
+		}
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // should the test fail
+		pids = append(pids, pid)
+	}
+	if len(pids) < 2 {
+		t.Fatalf("the escaping processes did not move (%v)", sc.Err())
+	}
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if strings.Contains(line, tree.Name()) && !strings.HasSuffix(line, "/inner") && !strings.HasSuffix(line, "/stray") {
+				t.Fatalf("process %d is still in its lane's group: %s", pid, line)
+			}
+		}
+	}
+	return pids
+}
+
+// TestCloseKillsEscapees: processes that left their lane's group for a cgroup they made
+// inside it or beside it die at Close, and every directory goes.
+func TestCloseKillsEscapees(t *testing.T) {
+	for _, v := range []Version{V1, V2} {
+		t.Run(v.String(), func(t *testing.T) {
+			tree := open(t, v, Limits{})
+			g, err := tree.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids := escape(t, tree, g)
+			if err := tree.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, pid := range pids {
+				if !gone(pid) {
+					t.Errorf("pid %d, which left its group, outlived Close", pid)
+				}
+			}
+			assertGone(t, tree)
+		})
+	}
+}
+
+// TestRemoveKillsBeneath: a lane's group goes with the cgroups made inside it and what runs
+// there; what left for a cgroup beside it waits for Close.
+func TestRemoveKillsBeneath(t *testing.T) {
+	for _, v := range []Version{V1, V2} {
+		t.Run(v.String(), func(t *testing.T) {
+			tree := open(t, v, Limits{})
+			g, err := tree.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids := escape(t, tree, g) // [inner, stray] in some order
+			if err := g.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			var alive []int
+			for _, pid := range pids {
+				if !gone(pid) {
+					alive = append(alive, pid)
+				}
+			}
+			if len(alive) != 1 {
+				t.Fatalf("alive after the group's removal: %v of %v, want only the one beside it", alive, pids)
+			}
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", alive[0]))
+			if !strings.Contains(string(b), "/stray") {
+				t.Fatalf("the survivor %d is not the one beside the group: %s", alive[0], b)
+			}
+			for _, d := range g.dirs() {
+				if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("group directory %s left (%v)", d, err)
+				}
+			}
+		})
+	}
+}

@@ -2,12 +2,7 @@
 
 package seccompguard
 
-import (
-	"fmt"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // Offset of the arch field in struct seccomp_data.
 const archOffset = 4
@@ -17,17 +12,7 @@ const archOffset = 4
 // installed next to it and makes every other one fail with ENOSYS. The caller must have set
 // no_new_privs (or hold CAP_SYS_ADMIN).
 func DenyForeignArch(native uint32) error {
-	prog := program(native)
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
-	switch {
-	case errno != 0:
-		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER): %w", errno)
-	case r != 0: // TSYNC names a thread it could not synchronise
-		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
-	}
-	return nil
+	return install(program(native))
 }
 
 // program is the guard's classic BPF program.

@@ -3,7 +3,9 @@
 package shm
 
 import (
+	"bufio"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,21 +24,37 @@ const (
 	Dir        = "/dev/shm"
 	namePrefix = "knit-"
 	maxFiles   = 8
+	keySize    = 32 // bytes of a rendezvous's secret
 )
 
 // A Rendezvous hands descriptors to one process that cannot inherit them (a wrapper between
 // the host and the lane closes inherited descriptors): a unix socket (SOCK_SEQPACKET) bound
-// at /dev/shm/knit-<pid>-<16 random hex digits>, mode 0600, on which the host accepts
-// exactly one connection, checks who connected, sends the descriptors as SCM_RIGHTS in one
-// message and removes the name. The pid in the name is the creator's, so that Sweep can
-// remove the names of a host that died before removing them itself.
+// at /dev/shm/knit-<pid>-<16 random hex digits>, mode 0600. The host accepts connections
+// until one peer proves it is the process the rendezvous is for, sends the descriptors to
+// that one as SCM_RIGHTS in one message and removes the name. The pid in the name is the
+// creator's, so that Sweep can remove the names of a host that died before removing them
+// itself.
+//
+// A peer proves it twice. The kernel says who it is (SO_PEERCRED), which the caller's allow
+// function judges; a peer whose pid this process cannot see (it reads 0: the peer is in a
+// pid namespace outside this one's) is refused before that. And the peer's first message
+// must be the rendezvous's secret (Key: 32 random bytes), which the host gives only the
+// process it starts, in its environment: a process of the same user in another pid
+// namespace, which cannot see the lane, cannot read it from /proc either. A refused peer
+// gets nothing, its connection is closed, Refused hears why, and the host waits on for the
+// right one until its deadline.
 //
 // The shared memory itself never has a name: it stays a sealed memfd (CreateMemfd), which the
 // peer can map and write but not resize. A regular file under /dev/shm cannot be sealed.
 type Rendezvous struct {
 	name string
+	key  [keySize]byte
 	ln   *net.UnixListener
 	once sync.Once
+
+	// Refused, when set before Accept or Hand, is told about each peer that was refused,
+	// with why (the host logs it).
+	Refused func(Peer, error)
 }
 
 // Peer is who connected to a rendezvous, as the kernel reports it (SO_PEERCRED), translated
@@ -71,29 +89,62 @@ func Listen() (*Rendezvous, error) {
 		ln.Close()
 		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
 	}
-	return &Rendezvous{name: name, ln: ln}, nil
+	r := &Rendezvous{name: name, ln: ln}
+	if _, err := rand.Read(r.key[:]); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
+	}
+	return r, nil
 }
 
 // Name is the rendezvous's entry under Dir, for Collect.
 func (r *Rendezvous) Name() string { return r.name }
 
-// Accept accepts one connection before deadline, asks allow whether its peer may have it,
-// and closes the rendezvous, removing its name, whatever happens. It returns the connection
-// as a file in non-blocking mode, so that reads and writes on it go through Go's netpoller
-// and honour deadlines. It fails if no peer connects in time, if allow refuses the peer, or
-// if Close is called meanwhile.
+// Key is the rendezvous's secret, in hex, for Collect or Dial: the caller passes it only to
+// the process the rendezvous is for.
+func (r *Rendezvous) Key() string { return hex.EncodeToString(r.key[:]) }
+
+// Accept accepts connections until one, before deadline, is from a peer allow admits and
+// proves itself with the key, and closes the rendezvous, removing its name, whatever happens.
+// Each refused peer is closed unanswered (and told to Refused). It returns the admitted
+// connection as a file in non-blocking mode, so that reads and writes on it go through Go's
+// netpoller and honour deadlines. It fails if no peer is admitted in time, or if Close is
+// called meanwhile.
+//
+// A peer that allow admits but that does not send the key holds the others up until
+// deadline: allow admits only the process the rendezvous is for and its descendants, which
+// can delay only their own start.
 func (r *Rendezvous) Accept(deadline time.Time, allow func(Peer) error) (*os.File, error) {
 	defer r.Close()
 	_ = r.ln.SetDeadline(deadline)
-	conn, err := r.ln.AcceptUnix()
-	r.Close() // exactly one connection
-	if err != nil {
-		return nil, fmt.Errorf("knit/shm: rendezvous: nobody connected: %w", err)
+	refused := 0
+	for {
+		conn, err := r.ln.AcceptUnix()
+		if err != nil {
+			if refused > 0 {
+				return nil, fmt.Errorf("knit/shm: rendezvous: no peer admitted (%d refused): %w", refused, err)
+			}
+			return nil, fmt.Errorf("knit/shm: rendezvous: nobody connected: %w", err)
+		}
+		f, peer, err := r.admit(conn, deadline, allow)
+		conn.Close()
+		if err == nil {
+			r.Close() // the name goes as soon as the lane has its connection
+			return f, nil
+		}
+		refused++
+		if r.Refused != nil {
+			r.Refused(peer, err)
+		}
 	}
-	defer conn.Close()
+}
+
+// admit checks one connection: the peer's credentials, then its key. It returns the
+// connection as a non-blocking file of its own.
+func (r *Rendezvous) admit(conn *net.UnixConn, deadline time.Time, allow func(Peer) error) (*os.File, Peer, error) {
 	rc, err := conn.SyscallConn()
 	if err != nil {
-		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
+		return nil, Peer{}, err
 	}
 	var cred *unix.Ucred
 	if cerr := rc.Control(func(fd uintptr) {
@@ -102,29 +153,45 @@ func (r *Rendezvous) Accept(deadline time.Time, allow func(Peer) error) (*os.Fil
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("knit/shm: rendezvous: SO_PEERCRED: %w", err)
+		return nil, Peer{}, fmt.Errorf("SO_PEERCRED: %w", err)
 	}
-	if err := allow(Peer{PID: int(cred.Pid), UID: int(cred.Uid)}); err != nil {
-		return nil, fmt.Errorf("knit/shm: rendezvous: peer refused: %w", err)
+	peer := Peer{PID: int(cred.Pid), UID: int(cred.Uid)}
+	if peer.PID == 0 {
+		return nil, peer, errors.New("the peer's pid is not visible here: it runs in a pid namespace outside this process's")
 	}
+	if err := allow(peer); err != nil {
+		return nil, peer, err
+	}
+	_ = conn.SetReadDeadline(deadline)
+	var got [keySize + 1]byte // a longer message is a wrong one
+	n, err := conn.Read(got[:])
+	if err != nil {
+		return nil, peer, fmt.Errorf("reading its key: %w", err)
+	}
+	if subtle.ConstantTimeCompare(got[:n], r.key[:]) != 1 {
+		return nil, peer, errors.New("wrong key")
+	}
+	_ = conn.SetReadDeadline(time.Time{})
 	f, err := conn.File() // a duplicate, in blocking mode
 	if err != nil {
-		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
+		return nil, peer, err
 	}
 	fd, err := unix.Dup(int(f.Fd()))
 	f.Close()
 	if err == nil {
 		unix.CloseOnExec(fd)
-		err = unix.SetNonblock(fd, true)
+		if err = unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
+		return nil, peer, err
 	}
-	return os.NewFile(uintptr(fd), r.name), nil // non-blocking: os.NewFile registers it with the netpoller
+	return os.NewFile(uintptr(fd), r.name), peer, nil // non-blocking: os.NewFile registers it with the netpoller
 }
 
-// Hand accepts one connection (Accept), sends files to it as SCM_RIGHTS in one message and
-// closes it.
+// Hand waits for the peer the rendezvous is for (Accept), sends files to it as SCM_RIGHTS in
+// one message and closes the connection.
 func (r *Rendezvous) Hand(deadline time.Time, allow func(Peer) error, files ...*os.File) error {
 	if len(files) == 0 || len(files) > maxFiles {
 		r.Close()
@@ -172,17 +239,25 @@ func (r *Rendezvous) Close() error {
 	return err
 }
 
-// Dial connects to the rendezvous name (an entry under Dir). It returns the connection as a
-// file in blocking mode, for a process that uses it with plain system calls.
-func Dial(name string) (*os.File, error) {
+// Dial connects to the rendezvous name (an entry under Dir) and proves itself with key (the
+// rendezvous's Key). It returns the connection as a file in blocking mode, for a process
+// that uses it with plain system calls.
+func Dial(name, key string) (*os.File, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
+	}
+	k, err := hex.DecodeString(key)
+	if err != nil || len(k) != keySize {
+		return nil, fmt.Errorf("knit/shm: rendezvous: invalid key (%d hex digits, want %d)", len(key), 2*keySize)
 	}
 	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: Dir + "/" + name, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
 	}
 	defer conn.Close()
+	if _, err := conn.Write(k); err != nil {
+		return nil, fmt.Errorf("knit/shm: rendezvous: sending the key: %w", err)
+	}
 	f, err := conn.File()
 	if err != nil {
 		return nil, fmt.Errorf("knit/shm: rendezvous: %w", err)
@@ -190,26 +265,26 @@ func Dial(name string) (*os.File, error) {
 	return f, nil
 }
 
-// Collect connects to the rendezvous name and receives the n descriptors its creator hands
-// over (Hand).
-func Collect(name string, n int) ([]*os.File, error) {
+// Collect connects to the rendezvous name with its key (Dial) and receives the n
+// descriptors its creator hands over (Hand).
+func Collect(name, key string, n int) ([]*os.File, error) {
 	if n < 1 || n > maxFiles {
 		return nil, fmt.Errorf("knit/shm: rendezvous: cannot collect %d files", n)
 	}
-	return collect(name, n, n)
+	return collect(name, key, n, n)
 }
 
 // CollectUpTo is Collect for a receiver that learns how many descriptors there are from
 // what they hold: it receives from 1 to max of them.
-func CollectUpTo(name string, max int) ([]*os.File, error) {
+func CollectUpTo(name, key string, max int) ([]*os.File, error) {
 	if max < 1 || max > maxFiles {
 		return nil, fmt.Errorf("knit/shm: rendezvous: cannot collect up to %d files", max)
 	}
-	return collect(name, 1, max)
+	return collect(name, key, 1, max)
 }
 
-func collect(name string, least, most int) ([]*os.File, error) {
-	conn, err := Dial(name)
+func collect(name, key string, least, most int) ([]*os.File, error) {
+	conn, err := Dial(name, key)
 	if err != nil {
 		return nil, err
 	}
@@ -266,10 +341,16 @@ func checkName(name string) error {
 }
 
 // Sweep removes what dead knit hosts left under Dir: every entry knit-<pid>-… owned by
-// this user whose pid names no living process. A host removes its names itself; one that is
-// killed while a lane boots (SIGKILL, OOM) cannot, and its names would stay until reboot.
-// Sweep reports the names it removed. A pid reused by an unrelated process keeps its dead
-// host's names until that process ends too.
+// this user whose pid names no living process and on which no socket listens. A host
+// removes its names itself; one that is killed while a lane boots (SIGKILL, OOM) cannot,
+// and its names would stay until reboot. Sweep reports the names it removed. A pid reused
+// by an unrelated process keeps its dead host's names until that process ends too.
+//
+// The listening check is for hosts in other pid namespaces sharing Dir (containers): their
+// pids mean nothing here, but their listening sockets show in /proc/net/unix when they
+// share this network namespace. A living host in another pid and network namespace is
+// not seen: its lane, starting then, fails its start (it finds no rendezvous) and is
+// restarted.
 func Sweep() ([]string, error) {
 	entries, err := os.ReadDir(Dir)
 	if err != nil {
@@ -278,9 +359,16 @@ func Sweep() ([]string, error) {
 	uid := os.Geteuid()
 	var removed []string
 	var errs []error
+	var listening map[string]bool // read once, if some name's pid is not alive
 	for _, e := range entries {
 		pid, ok := namePID(e.Name())
 		if !ok || pid == os.Getpid() || alive(pid) {
+			continue
+		}
+		if listening == nil {
+			listening = listeningSockets()
+		}
+		if listening[Dir+"/"+e.Name()] {
 			continue
 		}
 		var st unix.Stat_t
@@ -309,6 +397,32 @@ func namePID(name string) (int, bool) {
 	}
 	pid, err := strconv.Atoi(digits)
 	return pid, err == nil && pid > 0
+}
+
+// listeningSockets lists the paths of the unix sockets that listen in this network
+// namespace (/proc/net/unix: flag __SO_ACCEPTCON, 0x10000). It returns an empty map if it
+// cannot tell.
+func listeningSockets() map[string]bool {
+	out := map[string]bool{}
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan() // the header
+	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 8 {
+			continue
+		}
+		flags, err := strconv.ParseUint(fields[3], 16, 32)
+		if err == nil && flags&0x10000 != 0 {
+			out[fields[7]] = true
+		}
+	}
+	return out
 }
 
 // alive reports whether pid names a process (EPERM: it exists, owned by someone else).

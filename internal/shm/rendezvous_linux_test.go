@@ -3,14 +3,18 @@
 package shm
 
 import (
+	"bufio"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +48,7 @@ func TestRendezvousHandsSealedMemfd(t *testing.T) {
 	go func() {
 		handed <- r.Hand(time.Now().Add(time.Minute), func(p Peer) error { peer = p; return nil }, m.File(), m.File())
 	}()
-	files, err := Collect(name, 2)
+	files, err := Collect(name, r.Key(), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +75,8 @@ func TestRendezvousHandsSealedMemfd(t *testing.T) {
 	}
 }
 
+// A peer allow refuses gets nothing, even with the key, and the rendezvous waits on, its
+// name in place, until Close.
 func TestRendezvousRefusesPeer(t *testing.T) {
 	m, err := CreateMemfd("knit-rv", 64)
 	if err != nil {
@@ -81,20 +87,173 @@ func TestRendezvousRefusesPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	refusals := make(chan error, 4)
+	r.Refused = func(_ Peer, err error) { refusals <- err }
 	handed := make(chan error, 1)
 	go func() {
 		handed <- r.Hand(time.Now().Add(time.Minute), func(Peer) error { return errors.New("not the lane") }, m.File())
 	}()
-	if files, err := Collect(r.Name(), 1); err == nil {
+	if files, err := Collect(r.Name(), r.Key(), 1); err == nil {
 		files[0].Close()
 		t.Fatal("a refused peer collected the file")
 	}
-	if err := <-handed; err == nil || !strings.Contains(err.Error(), "not the lane") {
+	if err := <-refusals; err == nil || !strings.Contains(err.Error(), "not the lane") {
+		t.Fatalf("Refused heard %v", err)
+	}
+	if _, err := os.Lstat(Dir + "/" + r.Name()); err != nil {
+		t.Fatalf("the name went with a refused peer: %v", err)
+	}
+	r.Close()
+	if err := <-handed; err == nil || !strings.Contains(err.Error(), "1 refused") {
 		t.Fatalf("Hand: %v", err)
 	}
-	// Exactly one connection: the name is gone after the refusal.
-	if _, err := Collect(r.Name(), 1); err == nil {
-		t.Fatal("a second peer connected")
+}
+
+// Peers without the key — a wrong one, none at all, too long a message — are refused and
+// told to Refused; the peer with it gets the files; then the name is gone.
+func TestRendezvousNeedsTheKey(t *testing.T) {
+	m, err := CreateMemfd("knit-rv", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	U32(m.Bytes(), 0).Store(0xbeef)
+	r, err := Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Key()) != 64 {
+		t.Fatalf("Key() = %q", r.Key())
+	}
+	refusals := make(chan error, 8)
+	r.Refused = func(_ Peer, err error) { refusals <- err }
+	handed := make(chan error, 1)
+	go func() { handed <- r.Hand(time.Now().Add(time.Minute), func(Peer) error { return nil }, m.File()) }()
+
+	wrong := strings.Repeat("0", 64)
+	if files, err := Collect(r.Name(), wrong, 1); err == nil {
+		files[0].Close()
+		t.Fatal("a peer with the wrong key collected the file")
+	}
+	if err := <-refusals; err == nil || !strings.Contains(err.Error(), "wrong key") {
+		t.Fatalf("wrong key: Refused heard %v", err)
+	}
+	raw, err := hex.DecodeString(r.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msg := range [][]byte{nil, append(raw, 0)} { // nothing; the key and more
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: Dir + "/" + r.Name(), Net: "unixpacket"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg != nil {
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			c.CloseWrite()
+		}
+		if err := <-refusals; err == nil {
+			t.Fatalf("message %q: refused without a reason", msg)
+		}
+		c.Close()
+	}
+	files, err := Collect(r.Name(), r.Key(), 1)
+	if err != nil {
+		t.Fatalf("the peer with the key: %v", err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	got, err := MapFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if v := U32(got.Bytes(), 0).Load(); v != 0xbeef {
+		t.Fatalf("collected mapping reads %#x", v)
+	}
+	if _, err := os.Lstat(Dir + "/" + r.Name()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the name outlived the hand-over: %v", err)
+	}
+	if _, err := Dial(r.Name(), "not hex"); err == nil || !strings.Contains(err.Error(), "invalid key") {
+		t.Fatalf("Dial with a malformed key: %v", err)
+	}
+}
+
+// TestHelperRendezvousHost is not a test: TestRendezvousRefusesPidZero runs it in a pid
+// namespace of its own, where it makes a rendezvous that admits any peer allow sees, prints
+// its name and key, and prints what became of the first connection.
+func TestHelperRendezvousHost(t *testing.T) {
+	if os.Getenv("KNIT_SHM_RV_HOST") == "" {
+		t.Skip("helper process only")
+	}
+	m, err := CreateMemfd("knit-rv", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	r, err := Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Refused = func(p Peer, err error) {
+		fmt.Printf("refused pid %d: %v\n", p.PID, err)
+		r.Close()
+	}
+	fmt.Printf("rendezvous %s %s\n", r.Name(), r.Key())
+	err = r.Hand(time.Now().Add(time.Minute), func(Peer) error { return nil }, m.File())
+	fmt.Printf("hand: %v\n", err)
+}
+
+// TestRendezvousRefusesPidZero: a host in a pid namespace of its own (as in a container
+// sharing /dev/shm) sees a peer outside it — this test — with pid 0. That peer is refused
+// even with the right key and an allow function that admits everyone.
+func TestRendezvousRefusesPidZero(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err == nil {
+		err = exec.Command(unshare, "--pid", "--fork", "true").Run()
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("unshare --pid cannot run here: %v", err)
+		}
+		t.Skipf("unshare --pid cannot run here (needs util-linux and root or user namespaces): %v", err)
+	}
+	cmd := exec.Command(unshare, "--pid", "--fork", "--kill-child", os.Args[0], "-test.run=^TestHelperRendezvousHost$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "KNIT_SHM_RV_HOST=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	var name, key string
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "rendezvous %s %s", &name, &key); err == nil {
+			break
+		}
+	}
+	if name == "" {
+		t.Fatalf("the helper made no rendezvous (%v)", sc.Err())
+	}
+	if files, err := Collect(name, key, 1); err == nil {
+		files[0].Close()
+		t.Fatal("a peer outside the host's pid namespace collected the file")
+	}
+	var said []string
+	for sc.Scan() {
+		said = append(said, sc.Text())
+	}
+	text := strings.Join(said, "\n")
+	if !strings.Contains(text, "refused pid 0: the peer's pid is not visible here") {
+		t.Fatalf("the helper said:\n%s", text)
 	}
 }
 
@@ -141,11 +300,11 @@ func TestRendezvousDeadline(t *testing.T) {
 
 func TestCollectRejectsBadNames(t *testing.T) {
 	for _, name := range []string{"", "knit-", "foo", "knit", "../knit-x", "knit-../x", "knit-a/b", "knit-..", "/knit-x", "knit-a\x00b"} {
-		if _, err := Collect(name, 2); err == nil || !strings.Contains(err.Error(), "invalid rendezvous name") {
+		if _, err := Collect(name, strings.Repeat("0", 64), 2); err == nil || !strings.Contains(err.Error(), "invalid rendezvous name") {
 			t.Errorf("Collect(%q): %v", name, err)
 		}
 	}
-	if _, err := Collect("knit-doesnotexist0000", 2); !errors.Is(err, unix.ENOENT) {
+	if _, err := Collect("knit-doesnotexist0000", strings.Repeat("0", 64), 2); !errors.Is(err, unix.ENOENT) {
 		t.Errorf("Collect(missing): %v, want ENOENT", err)
 	}
 }
@@ -177,6 +336,15 @@ func TestSweep(t *testing.T) {
 		}
 		t.Cleanup(func() { os.Remove(Dir + "/" + n) })
 	}
+	// A living host in another pid namespace: its pid means nothing here, but its socket
+	// listens.
+	listening := fmt.Sprintf("knit-%d-00000000feedface", dead)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: Dir + "/" + listening, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	kept = append(kept, listening)
 	removed, err := Sweep()
 	if err != nil {
 		t.Fatal(err)
@@ -194,8 +362,8 @@ func TestSweep(t *testing.T) {
 			t.Errorf("Sweep removed %s: %v", n, err)
 		}
 	}
-	if m, _ := filepath.Glob(Dir + "/knit-" + strconv.Itoa(dead) + "-*"); len(m) > 0 {
-		t.Errorf("left: %v", m)
+	if m, _ := filepath.Glob(Dir + "/knit-" + strconv.Itoa(dead) + "-*"); len(m) != 1 || m[0] != Dir+"/"+listening {
+		t.Errorf("left: %v, want only the listening %s", m, listening)
 	}
 }
 

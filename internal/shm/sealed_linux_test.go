@@ -93,7 +93,7 @@ func TestCollectUpTo(t *testing.T) {
 		}
 		handed := make(chan error, 1)
 		go func() { handed <- r.Hand(time.Now().Add(time.Minute), func(Peer) error { return nil }, files...) }()
-		got, err := CollectUpTo(r.Name(), c.max)
+		got, err := CollectUpTo(r.Name(), r.Key(), c.max)
 		if herr := <-handed; herr != nil {
 			t.Fatal(herr)
 		}
@@ -105,7 +105,7 @@ func TestCollectUpTo(t *testing.T) {
 			t.Errorf("%d handed, up to %d collected: %d files, %v", c.handed, c.max, len(got), err)
 		}
 	}
-	if _, err := CollectUpTo("knit-1-x", 9); err == nil {
+	if _, err := CollectUpTo("knit-1-x", "", 9); err == nil {
 		t.Error("CollectUpTo past the most a hand-over carries")
 	}
 }

@@ -22,7 +22,9 @@ func MapFile(f *os.File) (*Mapping, error) {
 func (m *Mapping) Close() error { return ErrUnsupported }
 
 // Rendezvous is not supported on this platform.
-type Rendezvous struct{}
+type Rendezvous struct {
+	Refused func(Peer, error)
+}
 
 // Peer is who connected to a rendezvous.
 type Peer struct{ PID, UID int }
@@ -33,6 +35,9 @@ func Listen() (*Rendezvous, error) { return nil, ErrUnsupported }
 // Name returns "".
 func (r *Rendezvous) Name() string { return "" }
 
+// Key returns "".
+func (r *Rendezvous) Key() string { return "" }
+
 // Accept returns ErrUnsupported.
 func (r *Rendezvous) Accept(time.Time, func(Peer) error) (*os.File, error) {
 	return nil, ErrUnsupported
@@ -42,7 +47,7 @@ func (r *Rendezvous) Accept(time.Time, func(Peer) error) (*os.File, error) {
 func SendFiles(*os.File, time.Time, []byte, ...int) error { return ErrUnsupported }
 
 // Dial returns ErrUnsupported.
-func Dial(string) (*os.File, error) { return nil, ErrUnsupported }
+func Dial(string, string) (*os.File, error) { return nil, ErrUnsupported }
 
 // Hand returns ErrUnsupported.
 func (r *Rendezvous) Hand(time.Time, func(Peer) error, ...*os.File) error { return ErrUnsupported }
@@ -51,7 +56,7 @@ func (r *Rendezvous) Hand(time.Time, func(Peer) error, ...*os.File) error { retu
 func (r *Rendezvous) Close() error { return ErrUnsupported }
 
 // Collect is not supported on this platform: it returns ErrUnsupported.
-func Collect(name string, n int) ([]*os.File, error) { return nil, ErrUnsupported }
+func Collect(name, key string, n int) ([]*os.File, error) { return nil, ErrUnsupported }
 
 // Sweep does nothing on this platform.
 func Sweep() ([]string, error) { return nil, nil }
