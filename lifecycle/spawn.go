@@ -150,7 +150,9 @@ func (lc *Launcher) spawn(cmd *exec.Cmd, out *Output) (*child, error) {
 	}
 	c.cg = g
 	if dir == nil {
-		if err := g.Add(c.pid); err != nil {
+		// (A process that has already exited cannot be placed: it ends as it ended, and the
+		// host classifies that, not the placement; its empty cgroup goes with it.)
+		if err := g.Add(c.pid); err != nil && !errors.Is(err, syscall.ESRCH) {
 			_ = pgroup.Signal(c.pid, syscall.SIGKILL)
 			<-c.waited
 			return nil, errors.Join(fmt.Errorf("placing process %d in its cgroup: %w", c.pid, err), g.Remove())
