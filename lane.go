@@ -203,6 +203,12 @@ func (l *lane) Accept() {
 // Published implements actors.RingOwner.
 func (l *lane) Published() { l.wake.Ring(l.laneBell) }
 
+// Dropped implements actors.RingOwner: calls whose callers had gone left the backlog.
+func (l *lane) Dropped(n int) {
+	l.inflight.Add(int32(-n))
+	l.p.callDone()
+}
+
 // submitLocal queues the call of record lane field lane on the lane's LocalLane: the lane
 // takes it while it is ready and holds fewer calls than its capacity.
 func (l *lane) submitLocal(lane *atomic.Int32, c actors.LocalCall) error {

@@ -184,3 +184,29 @@ func TestPoisonCall(t *testing.T) {
 		t.Errorf("poison error says the call had not started: %v", err)
 	}
 }
+
+// TestCancelStormLeavesNothingBehind: 100,000 calls to one process lane whose callers give
+// up right after Go leave its backlog without running, so a fresh call is served once the
+// storm is over, instead of after every cancelled call has run (each takes 5 ms whatever
+// its context says: 100,000 of them would keep the lane busy for minutes).
+func TestCancelStormLeavesNothingBehind(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet()}, stubbornNap, add)
+	const storm = 100_000
+	futures := make([]*knit.Future[int], 0, storm)
+	for i := range storm {
+		ctx, cancel := context.WithCancel(context.Background())
+		futures = append(futures, stubbornNap.Go(ctx, p, i))
+		cancel()
+	}
+	for i, f := range futures {
+		if _, err := f.Wait(); !errors.Is(err, knit.ErrCanceled) && !errors.Is(err, knit.ErrOverloaded) && err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if sum, err := add.Call(context.Background(), p, [2]int64{2, 3}); err != nil || sum != 5 {
+		t.Fatalf("a fresh call after the storm: %d, %v", sum, err)
+	}
+	if ran := p.Stats().Lanes[0].Completed; ran > 1000 {
+		t.Errorf("the lane ran %d of the %d cancelled calls", ran, storm)
+	}
+}

@@ -228,6 +228,14 @@ func (s *shared) Accept() {}
 // Published implements actors.RingOwner.
 func (s *shared) Published() { s.wake() }
 
+// Dropped implements actors.RingOwner: calls whose callers had gone left the backlog.
+func (s *shared) Dropped(n int) {
+	for range n {
+		s.settled()
+	}
+	s.p.callDone()
+}
+
 // flush moves backlog calls into slots the lanes have freed.
 func (s *shared) flush() { s.host.Flush() }
 

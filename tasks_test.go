@@ -1459,3 +1459,9 @@ var leaveCgroup = knit.Define("test.cgroup.leave", func(_ context.Context, child
 	}
 	return strconv.Itoa(cmd.Process.Pid) + " " + strings.TrimSpace(line), nil
 })
+
+// Cancel storms (lane_test.go): a call that takes 5 ms whatever its context says.
+var stubbornNap = knit.Define("test.nap.stubborn", func(context.Context, int) (int, error) {
+	time.Sleep(5 * time.Millisecond)
+	return 0, nil
+})

@@ -71,6 +71,9 @@ type RingOwner interface {
 	// AbortRaised wakes the abort watchers of every lane that may run a call whose abort bit
 	// was just raised. The mutex is held.
 	AbortRaised()
+	// Dropped uncounts calls Accept counted that left the backlog without running: their
+	// callers had gone (settled already by their context). The mutex is held.
+	Dropped(n int)
 }
 
 // Result is a result slot as the lane published it, read and checked: its task is served
@@ -190,8 +193,9 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 		return false, err
 	}
 	// A full backlog refuses the call even when slots are free: its calls go first, with
-	// the drainer's flush. (It holds one call at least: NewHostRing.)
-	if r.n == len(r.backlog) {
+	// the drainer's flush. (It holds one call at least: NewHostRing.) Calls whose callers
+	// have gone make room first.
+	if r.n == len(r.backlog) && r.dropGoneLocked() == 0 {
 		space := r.space
 		r.mu.Unlock()
 		return false, &BacklogFull{Space: space}
@@ -334,6 +338,15 @@ func (r *HostRing) flushLocked() bool {
 	}
 	moved := 0
 	for r.n > 0 {
+		if c := &r.backlog[r.head]; gone(c) && r.drop(c) {
+			// Its caller has gone: it leaves without running (a cancel storm then costs
+			// the lane nothing once it ends).
+			r.backlog[r.head] = Call{}
+			r.head = (r.head + 1) % len(r.backlog)
+			r.n--
+			moved++ // room in the backlog, like a move
+			continue
+		}
 		var slot int
 		var ok bool
 		if p := r.lane; p != nil {
@@ -360,6 +373,57 @@ func (r *HostRing) flushLocked() bool {
 		r.space = make(chan struct{})
 	}
 	return moved > 0
+}
+
+// gone reports whether a call's caller has given up on it.
+func gone(c *Call) bool {
+	if c.Done == nil {
+		return false
+	}
+	select {
+	case <-c.Done:
+		return true
+	default:
+		return false
+	}
+}
+
+// drop takes a call whose caller has gone out of the backlog: it frees its abort bit and
+// the ring's reference to its record, and the owner uncounts it. False, and nothing done,
+// while the record is still pending (its caller's context has ended, but the caller has not
+// settled it yet: it is published as any other). Called with mu held.
+func (r *HostRing) drop(c *Call) bool {
+	if !c.Def.Drop(r.key, c.ID, c.Gen) {
+		return false
+	}
+	if bit := c.Abort.Load(); bit >= 0 && r.aborts.Len() > 0 {
+		if b := bit - r.abortBase; r.bits.release(b) {
+			r.aborts.Clear(int(b))
+		}
+	}
+	r.owner.Dropped(1)
+	return true
+}
+
+// dropGoneLocked drops every backlog call whose caller has gone, keeping the others in
+// order, and reports how many it dropped. Called with mu held, when the backlog is full.
+func (r *HostRing) dropGoneLocked() int {
+	kept, dropped := 0, 0
+	for i := range r.n {
+		c := &r.backlog[(r.head+i)%len(r.backlog)]
+		if gone(c) && r.drop(c) {
+			dropped++
+			continue
+		}
+		r.backlog[(r.head+kept)%len(r.backlog)] = *c
+		kept++
+	}
+	for i := kept; i < r.n; i++ {
+		r.backlog[(r.head+i)%len(r.backlog)] = Call{}
+	}
+	r.n = kept
+	r.queued.Store(int32(r.n))
+	return dropped
 }
 
 // Closed reports whether CloseLocked has run. Called with mu held.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -20,14 +21,16 @@ import (
 type ringOwner struct {
 	admit                       error
 	accepted, published, raised int
+	dropped                     int
 	settled                     []Result
 	settle                      func(Result) error // nil: record and accept every result
 }
 
-func (o *ringOwner) Admit() error { return o.admit }
-func (o *ringOwner) Accept()      { o.accepted++ }
-func (o *ringOwner) Published()   { o.published++ }
-func (o *ringOwner) AbortRaised() { o.raised++ }
+func (o *ringOwner) Admit() error  { return o.admit }
+func (o *ringOwner) Accept()       { o.accepted++ }
+func (o *ringOwner) Published()    { o.published++ }
+func (o *ringOwner) AbortRaised()  { o.raised++ }
+func (o *ringOwner) Dropped(n int) { o.dropped += n }
 func (o *ringOwner) SettleResult(r Result) error {
 	r.Payload = bytes.Clone(r.Payload)
 	o.settled = append(o.settled, r)
@@ -518,5 +521,58 @@ func BenchmarkHostRingCycle(b *testing.B) {
 		if n, err := h.Drain(); n != 1 || err != nil {
 			b.Fatalf("Drain: %d, %v", n, err)
 		}
+	}
+}
+
+// A backlog call whose caller has gone (its context ended, and the caller settled it)
+// leaves without running: at the flush, and at once when the backlog is full and a new call
+// needs room. The owner uncounts it and the ring lets go of its record.
+func TestHostRingDropsGoneCalls(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	tr := newTestRing(t, served(task), nil)
+	for k := range fastpath.Slots {
+		c, _ := ringCall(t, task, context.Background(), k)
+		if _, err := tr.Submit(&c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recs []*Record[int, int]
+	var cancels []context.CancelFunc
+	for k := range 4 { // the backlog, full
+		ctx, cancel := context.WithCancel(context.Background())
+		c, r := ringCall(t, task, ctx, 100+k)
+		if queued, err := tr.Submit(&c); err != nil || !queued {
+			t.Fatalf("backlog call %d: %v, %v", k, queued, err)
+		}
+		recs, cancels = append(recs, r), append(cancels, cancel)
+	}
+	for _, k := range []int{0, 2} { // their callers give up, and settle them
+		cancels[k]()
+		recs[k].Fail(context.Canceled)
+	}
+	cancels[1]() // gone, but not settled yet: it stays, and is published
+	c, _ := ringCall(t, task, context.Background(), 99)
+	if queued, err := tr.Submit(&c); err != nil || !queued {
+		t.Fatalf("a call to a backlog full of gone calls: %v, %v", queued, err)
+	}
+	if tr.owner.dropped != 2 || tr.Queued() != 3 {
+		t.Fatalf("dropped %d, %d queued; want 2 and 3", tr.owner.dropped, tr.Queued())
+	}
+	for _, k := range []int{0, 2} {
+		if recs[k].Lane.Load() != -1 {
+			t.Errorf("dropped call %d still names the ring", k)
+		}
+	}
+	tr.take(t)
+	tr.Flush()
+	var ids []uint32
+	for _, s := range tr.take(t) {
+		ids = append(ids, s.id)
+	}
+	if want := []uint32{recs[1].ID, recs[3].ID, c.ID}; !slices.Equal(ids, want) {
+		t.Fatalf("published %v, want %v (the live backlog calls, in order)", ids, want)
+	}
+	for _, cancel := range cancels {
+		cancel()
 	}
 }

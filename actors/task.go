@@ -67,6 +67,10 @@ type Def interface {
 	// held: calls that had not started run again elsewhere, whatever their task; calls that
 	// had started fail, or run again once if their task is Idempotent (see LaneEnd).
 	FailLane(e LaneEnd) int
+	// Drop lets go of ring lane's reference to call id of generation gen, which leaves its
+	// backlog without running because its caller has gone, if the record is settled
+	// already (its caller's context settled it); false, and nothing done, otherwise.
+	Drop(lane int32, id, gen uint32) bool
 }
 
 // Wrapper turns a lane's outcome into the error its caller sees.
@@ -774,6 +778,17 @@ func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o
 	r.Lane.Store(-1)
 	t.Records.Release(r)
 	return nil
+}
+
+// Drop implements Def.
+func (t *Task[In, Out]) Drop(lane int32, id, gen uint32) bool {
+	r := t.Records.Get(id)
+	if r == nil || r.Gen.Load() != gen || r.Lane.Load() != lane || r.Pending() {
+		return false
+	}
+	r.Lane.Store(-1)
+	t.Records.Release(r)
+	return true
 }
 
 // LaneEnd is a lane that ended, as FailLane needs it.
