@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/spin"
 	"github.com/knitgo/knit/lifecycle"
 )
@@ -458,29 +459,81 @@ func (t *Task[In, Out]) expire(ctx context.Context, p *Pool, r *actors.Record[In
 	if l == nil || !l.reaper {
 		return
 	}
-	if cause == errHardTimeout {
-		// The call overran its hard timeout on this lane: the lane is killed (its other
-		// calls settle with WORKER_CRASHED) and the supervisor restarts it.
-		l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), t.def.Options().HardTimeout)})
-		return
-	}
+	// The task is asked to stop (its context), and a call the lane has not started is
+	// skipped; one with a hard timeout gets its lane killed if it runs on past it.
 	l.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)
 	if !r.Hard.IsZero() {
-		// The caller gave up first, but the call may still overrun its hard timeout on the
-		// lane, which then must not keep it: the lane is killed at the hard deadline if it
-		// still holds the call. (The record cannot be reused while the lane holds it.)
-		key, gen, hard := r.Lane.Load(), r.Gen.Load(), t.def.Options().HardTimeout
-		time.AfterFunc(time.Until(r.Hard), func() {
+		key, gen := r.Lane.Load(), r.Gen.Load()
+		t.watchHard(r, func() (*lane, hardState) {
 			l := p.laneByKey(key)
 			if l == nil {
-				return
+				return nil, hardGone // its lane has ended: its calls are settled
 			}
 			l.drain()
-			if r.Gen.Load() == gen && r.Lane.Load() == key {
-				l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
+			if r.Gen.Load() != gen || r.Lane.Load() != key {
+				return nil, hardGone // its result came: the lane has let go of it
 			}
+			word, ok := l.running()
+			switch seq := r.Seq.Load(); {
+			case !ok:
+				return nil, hardGone
+			case seq == 0 || fastpath.Started(word) < seq:
+				return l, hardQueued
+			case fastpath.Started(word) > seq || !fastpath.Busy(word):
+				return nil, hardGone // it has finished; its result is on the way
+			}
+			return l, hardRunning
 		})
 	}
+}
+
+// hardState is where a call watched for its hard timeout is.
+type hardState int
+
+const (
+	hardGone    hardState = iota // settled, finished, or its lane has ended
+	hardQueued                   // held, not started
+	hardRunning                  // running on the lane returned with it
+)
+
+// watchHard kills the lane that holds call r once the call has run there for its task's
+// HardTimeout, measured from when the lane started it (its since word, Region.Since) —
+// never from when it was queued: a call that waits behind a stuck one is not its lane's
+// fault, and times out as a call. It looks first at r.Hard (queued + HardTimeout, the
+// earliest the call can have overrun), then again while where says the call is held and
+// not started, or has run for less than HardTimeout. A lane that lies in its since word
+// gains at most one HardTimeout: the earliest start it has shown is kept.
+func (t *Task[In, Out]) watchHard(r *actors.Record[In, Out], where func() (*lane, hardState)) {
+	hard := t.def.Options().HardTimeout
+	var seen time.Time // the earliest start the lane has shown for the call
+	var look func()
+	look = func() {
+		l, state := where()
+		switch state {
+		case hardGone:
+			return
+		case hardQueued:
+			time.AfterFunc(hard, look)
+			return
+		}
+		since, ok := l.since()
+		if !ok {
+			return
+		}
+		now := time.Now()
+		if since.After(now) {
+			since = now
+		}
+		if seen.IsZero() || since.Before(seen) {
+			seen = since
+		}
+		if wait := seen.Add(hard).Sub(now); wait > 0 {
+			time.AfterFunc(wait, look)
+			return
+		}
+		l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
+	}
+	time.AfterFunc(time.Until(r.Hard), look)
 }
 
 // expireShared asks the process lane running an expired call from the shared ring to
@@ -492,24 +545,23 @@ func (t *Task[In, Out]) expireShared(p *Pool, r *actors.Record[In, Out], cause e
 	if s == nil || !p.reaped {
 		return
 	}
-	seq, gen := r.Seq.Load(), r.Gen.Load()
-	hard := t.def.Options().HardTimeout
-	kill := func() {
-		if l := s.holder(seq); l != nil && l.reaper && r.Gen.Load() == gen && r.Lane.Load() == sharedKey {
-			l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", t.def.Name(), hard)})
-		}
-	}
 	s.raiseAbort(r.Abort.Load(), t.def.Index(), r.ID)
-	if cause == errHardTimeout {
-		kill()
+	if r.Hard.IsZero() {
 		return
 	}
-	if !r.Hard.IsZero() {
-		time.AfterFunc(time.Until(r.Hard), func() {
-			p.drainAll()
-			kill()
-		})
-	}
+	// The lane whose claim journal shows the call started runs it; while none does, it is
+	// on the ring (or a lane's claim, not started).
+	gen := r.Gen.Load()
+	t.watchHard(r, func() (*lane, hardState) {
+		p.drainAll()
+		if r.Gen.Load() != gen || r.Lane.Load() != sharedKey {
+			return nil, hardGone
+		}
+		if l := s.holder(r.Seq.Load()); l != nil && l.reaper {
+			return l, hardRunning
+		}
+		return nil, hardQueued
+	})
 }
 
 func isTimeout(cause error) bool { return cause == errTaskTimeout || cause == errHardTimeout }

@@ -408,3 +408,28 @@ func TestPayloadRefusedBeforeEncoding(t *testing.T) {
 
 // unsafeString views b as a string without a copy (the test's own 100 MB must not count).
 func unsafeString(b []byte) string { return unsafe.String(&b[0], len(b)) }
+
+// TestHardTimeoutFromStart: a call's HardTimeout is measured from when its lane starts it.
+// B waits 2 s behind A, then runs 2 s: its caller's 3 s pass while B runs (it times out as a
+// call), but B has run only 1 s of its 3 then, so the lane is not killed, and B finishes.
+// (Counted from the queue, the lane was killed at 3 s, failing B WORKER_CRASHED.)
+func TestHardTimeoutFromStart(t *testing.T) {
+	ev := newRecorder()
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), OnEvent: ev.record}, hardNap, add)
+	pid := p.Stats().Lanes[0].PID
+	a := hardNap.Go(context.Background(), p, 2000)
+	b := hardNap.Go(context.Background(), p, 2000)
+	if v, err := a.Wait(); err != nil || v != 2000 {
+		t.Fatalf("A: %d, %v", v, err)
+	}
+	if _, err := b.Wait(); !errors.Is(err, knit.ErrTimeout) {
+		t.Fatalf("B: %v, want TIMEOUT (its caller's 3 s)", err)
+	}
+	// B finishes on the lane: the next call runs once it has, on the same process.
+	if sum, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || sum != 3 {
+		t.Fatalf("a call after B: %d, %v", sum, err)
+	}
+	if got := p.Stats().Lanes[0]; got.PID != pid || got.Crashes != 0 {
+		t.Errorf("the lane was killed: pid %d → %d, %d crashes", pid, got.PID, got.Crashes)
+	}
+}

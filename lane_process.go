@@ -100,6 +100,27 @@ func (l *lane) raiseAbort(bit int32, fn, id uint32) {
 	l.ring.RaiseAbortLocked(bit, fn, id)
 }
 
+// running is the lane's running word (false: its region is gone).
+func (l *lane) running() (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Unmapped() {
+		return 0, false
+	}
+	return l.Region().Running().Load(), true
+}
+
+// since is when the lane says it started the call with a hard timeout it runs now
+// (Region.Since; false: its region is gone).
+func (l *lane) since() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Unmapped() {
+		return time.Time{}, false
+	}
+	return time.Unix(0, l.Region().Since().Load()), true
+}
+
 // AbortRaised implements actors.RingOwner: it rings the lane's abort doorbell; mu is held.
 func (l *lane) AbortRaised() {
 	l.Region().AbortWake().Add(1)

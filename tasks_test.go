@@ -1465,3 +1465,10 @@ var stubbornNap = knit.Define("test.nap.stubborn", func(context.Context, int) (i
 	time.Sleep(5 * time.Millisecond)
 	return 0, nil
 })
+
+// Hard timeouts (call_test.go): a nap of in milliseconds, deaf to its context, under a
+// HardTimeout of 3 s.
+var hardNap = knit.Define("test.hard.nap", func(_ context.Context, ms int) (int, error) {
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	return ms, nil
+}, knit.HardTimeout(3*time.Second))

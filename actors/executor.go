@@ -232,6 +232,12 @@ func (e *Executor) run(w work, input []byte, flags uint32) error {
 	if t == nil {
 		return fmt.Errorf("%w: function index %d is not served", fastpath.ErrCorrupt, w.fn)
 	}
+	// A call with a hard timeout tells the host when it started: the host measures the
+	// timeout from then (Region.Since), not from when the call was queued. Stored before
+	// the running word, which the host reads first.
+	if !e.Local && t.Options().HardTimeout > 0 {
+		e.Region.Since().Store(time.Now().UnixNano())
+	}
 	// One store before each call of the lane's own ring: if the lane dies, the host knows
 	// which calls had started and which it may run elsewhere. (A call from the shared ring
 	// is journaled there instead.)

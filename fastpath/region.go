@@ -24,8 +24,10 @@ const (
 	// Version 2: the fatal-message area no longer overlaps the boot and part words; the
 	// signal strip carries the heartbeat and running words; slot headers carry a sequence
 	// number. Version 3: slot headers carry the call's deadline (Unix nanoseconds), and a
-	// header holds up to 16 bytes of a value instead of 24.
-	Version uint32 = 3
+	// header holds up to 16 bytes of a value instead of 24. Version 4: the signal strip
+	// carries the since word (Region.Since); the boot record travels in a sealed memfd, and
+	// a named rendezvous wants its key.
+	Version uint32 = 4
 )
 
 // Fixed protocol sizes.
@@ -133,7 +135,8 @@ const (
 	sigAbort  = 256 // abort doorbell counter, bumped when an abort bit is set
 	sigBeat   = 320 // heartbeat counter, bumped by a lane process's runtime (not its tasks)
 	sigRun    = 384 // running word: the sequence number of the call the lane started last
-	sigBytes  = 448
+	sigSince  = 448 // when the lane started the call it runs, if that call has a hard timeout
+	sigBytes  = 512
 	ringCtrl  = 256 // ring control sector: producer word +0, consumer word +64, arm word +128
 	statBytes = 3 * line
 )
@@ -314,6 +317,12 @@ func (r *Region) Heartbeat() *atomic.Uint32 { return r.sig(sigBeat) }
 // The host reads it after the lane has died, to tell the calls that had started (a sequence
 // number up to Started) from those that provably had not.
 func (r *Region) Running() *atomic.Uint64 { return shm.U64(r.mem, r.parts[partSignals]+sigRun) }
+
+// Since returns the word a process lane sets, in Unix nanoseconds, when it starts a call
+// whose task has a HardTimeout: the host measures the hard timeout from it, not from when the
+// call was queued. A lane can write anything here: the host only ever uses it to kill that
+// same lane later or sooner.
+func (r *Region) Since() *atomic.Int64 { return shm.I64(r.mem, r.parts[partSignals]+sigSince) }
 
 // RunningWord encodes the running word: the call with sequence number seq, and whether it is
 // still running.
