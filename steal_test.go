@@ -510,3 +510,67 @@ func TestStealLocalVictimDies(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestTicketSurvivesKills: a Ticket pool whose lanes are killed by hard timeouts again and
+// again, mid-claim, while 50 goroutines call, serves afterwards and closes (issue 30's jam:
+// every lane ready and holding claimed calls, nothing running, a fresh call OVERLOADED, and
+// Close waiting for its whole context).
+func TestTicketSurvivesKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds of kills")
+	}
+	p := newProcessPool(t, knit.Config{Lanes: 2, Steal: knit.StealTicket, Backlog: 256, Logger: quiet(),
+		Restart: knit.Restart{MaxRestarts: 100000}}, hardSpin, nap2ms, add)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // every 300 ms a call that spins until its lane is killed, 20 of them
+		defer wg.Done()
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		var spins []*knit.Future[int]
+		for k := range 20 {
+			spins = append(spins, hardSpin.Go(context.Background(), p, k))
+			<-tick.C
+		}
+		for _, f := range spins {
+			_, _ = f.Wait()
+		}
+		close(stop)
+	}()
+	for g := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = nap2ms.Call(context.Background(), p, g*1000+i)
+			}
+		}()
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if sum, err := add.Call(ctx, p, [2]int64{int64(i), 1}); err != nil || sum != int64(i)+1 {
+			t.Fatalf("fresh call %d after the kills: %d, %v; %s", i, sum, err, knit.StealState(p))
+		}
+	}
+	if s := p.Stats(); s.Shared != 0 {
+		t.Errorf("the shared ring still counts %d calls: %s", s.Shared, knit.StealState(p))
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("Close did not return: %s", knit.StealState(p))
+	}
+}

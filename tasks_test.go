@@ -1472,3 +1472,16 @@ var hardNap = knit.Define("test.hard.nap", func(_ context.Context, ms int) (int,
 	time.Sleep(time.Duration(ms) * time.Millisecond)
 	return ms, nil
 }, knit.HardTimeout(3*time.Second))
+
+// Stealing under kills (steal_test.go): a spin that only a kill ends, under a HardTimeout
+// of 300 ms, and a 2 ms call under a Timeout of 300 ms.
+var (
+	hardSpin = knit.Define("test.steal.hardspin", func(context.Context, int) (int, error) {
+		for {
+		}
+	}, knit.HardTimeout(300*time.Millisecond))
+	nap2ms = knit.Define("test.steal.nap2ms", func(_ context.Context, x int) (int, error) {
+		time.Sleep(2 * time.Millisecond)
+		return x, nil
+	}, knit.Timeout(300*time.Millisecond))
+)
