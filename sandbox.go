@@ -11,6 +11,13 @@ import (
 // mapped its region and before it serves its first call (a spare gets it when it becomes a
 // lane). Goroutine lanes ignore it: they share the host's process. docs/process-lanes.md,
 // "Containing untrusted or crashy code", says what each layer stops and what it does not.
+//
+// Whatever the layers, a lane with any of them on also sets no_new_privs, holds no
+// capability on any thread — none effective, permitted, inheritable or ambient; the bounding
+// set stays, and grants nothing at exec under no_new_privs — so a lane running as root keeps
+// its uid, not the power to bypass permission and ptrace checks, raise limits or renice
+// others; and it makes itself non-dumpable, so that other lanes of its user cannot open its
+// /proc/<pid>/mem (it dumps no core either, whatever Limits.CoreDumps says).
 type Sandbox struct {
 	// Landlock restricts the files the lane may open, its TCP connections and the
 	// processes it may signal.
@@ -40,9 +47,12 @@ type Landlock struct {
 	AllowNetwork bool `json:"net,omitempty"`
 }
 
-// Seccomp is knit's seccomp preset: a filter, installed on every thread of the lane, under
-// which the system calls that create processes, reach other processes, change the system
-// or escape the filter fail (docs/process-lanes.md lists them, and what stays allowed).
+// Seccomp is knit's seccomp preset: filters, installed on every thread of the lane, under
+// which the system calls that create processes, act on any process but the lane itself
+// (signals, limits, scheduling, process groups, another process's memory), change the
+// system or escape the filter fail with EPERM, and writes beneath /proc and /sys are denied:
+// a lane under it cannot kill its host, lower its limits, renice it or read its memory.
+// lifecycle.Seccomp lists every call; docs/process-lanes.md says what stays allowed.
 type Seccomp struct {
 	Mode SandboxMode `json:"mode,omitempty"`
 }

@@ -34,44 +34,21 @@ func (m SandboxMode) String() string {
 	return fmt.Sprintf("SandboxMode(%d)", int(m))
 }
 
-// Sandbox confines a process lane: each layer is applied by the lane itself, from its boot
-// record, after it has mapped its region and before it serves its first call. A spare gets
-// it when it becomes a lane. Goroutine lanes ignore it: they share the host's process.
-//
-// Whatever the layers, a lane with any of them on also sets no_new_privs, holds no
-// capability on any thread — none effective, permitted, inheritable or ambient; the bounding
-// set stays, and grants nothing at exec under no_new_privs — (a lane running as root keeps
-// its uid, not the power to bypass permission and ptrace checks, raise limits or renice
-// others), and
-// makes itself non-dumpable, so that other lanes of its user cannot open its
-// /proc/<pid>/mem (it dumps no core either, whatever Limits.CoreDumps says).
+// Sandbox is knit.Sandbox as a lane's boot record carries it; knit.Sandbox documents its
+// layers and the privileges a sandboxed lane drops. The lane applies it itself, after it
+// has mapped its region and before it serves its first call (a spare when it becomes a
+// lane).
 type Sandbox struct {
-	// Landlock restricts the files the lane may open, its TCP connections and the
-	// processes it may signal.
 	Landlock Landlock `json:"landlock"`
-	// Seccomp denies process creation and other dangerous system calls.
-	Seccomp Seccomp `json:"seccomp"`
+	Seccomp  Seccomp  `json:"seccomp"`
 }
 
-// Landlock is a Landlock policy: once applied, the lane may open files only beneath
-// ReadOnly (read, list, execute) and Writable (also create, write, truncate, remove), may
-// not bind or connect TCP sockets unless AllowNetwork, and may not signal processes or
-// connect to abstract unix sockets outside its domain (the host, other lanes). Descriptors
-// the lane holds already (its region, doorbells, stdout, stderr) keep working.
-//
-// Required needs Landlock ABI 3 (Linux 6.2: the whole filesystem policy, truncation
-// included), and ABI 4 (Linux 6.7) when the network is denied. Rights of later ABIs
-// (ioctl on devices: 5; signal and abstract socket scoping: 6) are applied when the kernel
-// has them, in either mode.
+// Landlock is knit.Landlock (documented there) in a boot record.
 type Landlock struct {
-	Mode SandboxMode `json:"mode,omitempty"`
-	// ReadOnly and Writable are absolute paths of directories (the rule covers everything
-	// beneath) or files. A path that does not exist when the lane starts fails it.
-	ReadOnly []string `json:"ro,omitempty"`
-	Writable []string `json:"rw,omitempty"`
-	// AllowNetwork leaves TCP bind and connect alone. Landlock does not cover UDP or raw
-	// sockets before ABI 10, nor pathname unix sockets before ABI 9.
-	AllowNetwork bool `json:"net,omitempty"`
+	Mode         SandboxMode `json:"mode,omitempty"`
+	ReadOnly     []string    `json:"ro,omitempty"`
+	Writable     []string    `json:"rw,omitempty"`
+	AllowNetwork bool        `json:"net,omitempty"`
 }
 
 // Seccomp is knit's seccomp preset: filters, installed on every thread of the lane, that
