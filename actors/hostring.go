@@ -389,9 +389,8 @@ func gone(c *Call) bool {
 }
 
 // drop takes a call whose caller has gone out of the backlog: it frees its abort bit and
-// the ring's reference to its record, and the owner uncounts it. False, and nothing done,
-// while the record is still pending (its caller's context has ended, but the caller has not
-// settled it yet: it is published as any other). Called with mu held.
+// the ring's reference to its record, and the owner uncounts it. Its caller settles it, as
+// a caller does whenever its context ends. Called with mu held.
 func (r *HostRing) drop(c *Call) bool {
 	if !c.Def.Drop(r.key, c.ID, c.Gen) {
 		return false

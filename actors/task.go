@@ -68,8 +68,9 @@ type Def interface {
 	// had started fail, or run again once if their task is Idempotent (see LaneEnd).
 	FailLane(e LaneEnd) int
 	// Drop lets go of ring lane's reference to call id of generation gen, which leaves its
-	// backlog without running because its caller has gone, if the record is settled
-	// already (its caller's context settled it); false, and nothing done, otherwise.
+	// backlog without running because its caller's context has ended: the caller settles
+	// it (or has), as it always does when its context ends. False, and nothing done, when
+	// the ring does not hold that call.
 	Drop(lane int32, id, gen uint32) bool
 }
 
@@ -783,7 +784,7 @@ func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o
 // Drop implements Def.
 func (t *Task[In, Out]) Drop(lane int32, id, gen uint32) bool {
 	r := t.Records.Get(id)
-	if r == nil || r.Gen.Load() != gen || r.Lane.Load() != lane || r.Pending() {
+	if r == nil || r.Gen.Load() != gen || r.Lane.Load() != lane {
 		return false
 	}
 	r.Lane.Store(-1)
