@@ -237,8 +237,11 @@ type ProcessConfig struct {
 	// socket under /dev/shm. The region is a sealed memfd either way.
 	SharedMemory SharedMemoryMode
 	// Spares is how many lane processes the pool keeps started ahead — exec'd, initialised,
-	// waiting for a boot record — so that a restart skips process start-up (default 1;
-	// negative: none; at most 64). A spare is started once the pool is up and after each one is taken.
+	// waiting for a boot record — so that a restart skips process start-up (negative: none;
+	// at most 64). A spare is started once the pool is up and after each one is taken.
+	// Default: adaptive, from 1 up to Lanes: each restart that finds no spare waiting keeps
+	// one more, and a minute without such a restart one fewer, so that a burst of lanes
+	// killed by their calls finds spares ready.
 	Spares int
 	// Limits bound each lane process's memory, CPU time, CPU bandwidth, open files and
 	// processes, in a cgroup of its own where the host can make one (see Limits). The zero

@@ -35,6 +35,9 @@ func (p *Pool) openProcesses() (lifecycle.Runtime, error) {
 		Killed: func(lane int, why lifecycle.Exit) { p.obs.killed(lane, "SIGKILL", killReason(why)) },
 	}
 	p.spares.Launcher, p.spares.Count, p.spares.Log = p.procs, cfg.Process.Spares, p.log
+	if p.adaptiveSpares {
+		p.spares.Max = min(max(cfg.Lanes, 1), maxSpares) // a burst of deaths finds spares ready
+	}
 	p.memory = cfg.Process.SharedMemory.String()
 	return &lifecycle.Processes{
 		Launcher: p.procs, Spares: &p.spares, Epoch: p.epoch.UnixNano(),

@@ -57,7 +57,10 @@ type Pool struct {
 	failed   atomic.Pointer[Error] // set when the supervisor gave up every lane
 
 	spares lifecycle.Spares // process lanes started ahead for restarts
-	up     atomic.Bool      // the first boot is over: starts may take spares (resize.go)
+	// adaptiveSpares: ProcessConfig.Spares was left at its default, so the stock grows with
+	// restarts that find no spare (lifecycle.Spares.Max).
+	adaptiveSpares bool
+	up             atomic.Bool // the first boot is over: starts may take spares (resize.go)
 
 	resizeMu sync.Mutex // serialises Resize
 
@@ -120,8 +123,9 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 		return nil, err
 	}
 	rt := runtimes[cfg.Runtime]
+	adaptiveSpares := cfg.Process.Spares == 0
 	cfg = cfg.withDefaults(rt.caps)
-	p := &Pool{cfg: cfg, caps: rt.caps, id: poolIDs.Add(1), epoch: time.Now(),
+	p := &Pool{cfg: cfg, caps: rt.caps, adaptiveSpares: adaptiveSpares, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
 	p.size.Store(int32(cfg.Lanes))

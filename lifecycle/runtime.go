@@ -260,8 +260,8 @@ func (p *process) Start(l Launch) error {
 			} else {
 				l.Debug("spare process refused its assignment: spawning", zap.Int("pid", pid), zap.Error(err))
 			}
-			p.rt.Spares.Refill()
 		}
+		p.rt.Spares.Refill() // after a miss too: the stock may have grown (Spares.Max)
 	}
 	if p.proc == nil {
 		if p.proc, err = p.rt.Launcher.Start(l.Boot(), files); err != nil {

@@ -33,21 +33,38 @@ type Spares struct {
 	Launcher *Launcher
 	Count    int         // how many to keep ready (ProcessConfig.Spares)
 	Log      *zap.Logger // the lifecycle namespace: spares that could not start
+	// Max, above Count, makes the stock adaptive: each restart that finds no spare waiting
+	// raises the target by one, up to Max, and a minute without such a miss lowers it by
+	// one, down to Count. A burst of lane deaths (calls that kill their lanes) then finds
+	// spares ready after its first few restarts.
+	Max int
 
 	start func() (*Spare, error) // Launcher.startSpare, or a test's
 
 	mu       sync.Mutex
 	ready    []*Spare
 	starting int
+	target   int       // how many to keep now: Count, or more after misses (Max)
+	missed   time.Time // the last restart that found no spare
 	booting  map[*Spare]bool // started, not yet initialised: Close kills them too
 	closed   bool
 	wg       sync.WaitGroup
 }
 
-// Take hands a restart a living spare, if one is waiting.
-func (s *Spares) Take() *Spare {
+// Take hands a restart a living spare, if one is waiting. A restart that finds none raises
+// the adaptive target (Max).
+func (s *Spares) Take() (taken *Spare) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if taken == nil && s.Max > s.Count && s.Count > 0 {
+			s.missed = time.Now()
+			s.target = max(s.target, s.Count)
+			if s.target < s.Max {
+				s.target++
+			}
+		}
+	}()
 	for len(s.ready) > 0 {
 		sp := s.ready[0]
 		s.ready = s.ready[1:]
@@ -70,11 +87,14 @@ func (s *Spares) Take() *Spare {
 	return nil
 }
 
-// Refill starts spares until Count are ready or starting.
+// Refill starts spares until the target (Count, or more: Max) are ready or starting.
 func (s *Spares) Refill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for !s.closed && len(s.ready)+s.starting < s.Count {
+	if s.target < s.Count || s.target > s.Count && time.Since(s.missed) > shrinkSparesAfter {
+		s.target = max(s.Count, s.target-1)
+	}
+	for !s.closed && len(s.ready)+s.starting < s.target {
 		s.starting++
 		s.wg.Add(1)
 		go func() {
@@ -249,6 +269,10 @@ func (s *Spares) startSpare() (*Spare, error) {
 
 // errSparesClosed is a spare spawned while the pool closed.
 var errSparesClosed = errors.New("the pool is closing")
+
+// shrinkSparesAfter is how long an adaptive stock above Count waits without a miss before
+// it keeps one spare fewer.
+const shrinkSparesAfter = time.Minute
 
 // assign turns the spare into a lane: one message with the descriptors (Launcher.Assign:
 // the boot record's first). Its one byte of data is the count, as a rendezvous sends it; an

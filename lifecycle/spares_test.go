@@ -144,3 +144,31 @@ func TestZeroSpares(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestSparesAdaptive: with Max above Count, each Take that finds no spare keeps one more
+// (up to Max), so that the next burst of restarts finds them ready.
+func TestSparesAdaptive(t *testing.T) {
+	s, _, _ := spares(t, spareCommand, 1)
+	s.Max = 3
+	s.Refill()
+	s.Wait()
+	var taken []*Spare
+	for range 2 { // a burst of restarts takes every spare, and one more finds none
+		for sp := s.Take(); sp != nil; sp = s.Take() {
+			taken = append(taken, sp)
+		}
+		s.Refill()
+		s.Wait()
+	}
+	if pids := s.PIDs(); len(pids) != 3 {
+		t.Fatalf("%d spares after two misses, want 3 (Max)", len(pids))
+	}
+	if sp := s.Take(); sp == nil {
+		t.Fatal("no spare after growing")
+	} else {
+		taken = append(taken, sp)
+	}
+	for _, sp := range taken {
+		sp.kill()
+	}
+}
