@@ -44,8 +44,8 @@ type Spares struct {
 	mu       sync.Mutex
 	ready    []*Spare
 	starting int
-	target   int       // how many to keep now: Count, or more after misses (Max)
-	missed   time.Time // the last restart that found no spare
+	target   int             // how many to keep now: Count, or more after misses (Max)
+	missed   time.Time       // the last restart that found no spare
 	booting  map[*Spare]bool // started, not yet initialised: Close kills them too
 	closed   bool
 	wg       sync.WaitGroup
