@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit/internal/cgroup"
 	"github.com/knitgo/knit/lifecycle"
@@ -153,7 +154,11 @@ func (p *Pool) openLimits() error {
 		case err == nil:
 			pl.tree = tree
 			pl.mechanism = LimitMechanism(tree.Version())
-			p.log.Info("process lanes run in cgroups of their own", zap.String("mechanism", string(pl.mechanism)),
+			lvl := zapcore.InfoLevel
+			if l.zero() { // the default: news only to whoever looks at Debug
+				lvl = zapcore.DebugLevel
+			}
+			p.log.Log(lvl, "process lanes run in cgroups of their own", zap.String("mechanism", string(pl.mechanism)),
 				zap.String("cgroup", name))
 		case l.Cgroup == CgroupRequired:
 			return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ProcessConfig.Limits.Cgroup is CgroupRequired", Cause: err}
