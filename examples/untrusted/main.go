@@ -246,7 +246,7 @@ func (s *service) close(ctx context.Context) error {
 func (s *service) render(w http.ResponseWriter, r *http.Request) {
 	var in RenderIn
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&in); err != nil {
-		fail(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
+		failBody(w, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.deadline)
@@ -268,7 +268,7 @@ func (s *service) thumb(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		fail(w, http.StatusRequestEntityTooLarge, "BAD_REQUEST", err.Error())
+		failBody(w, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.deadline)
@@ -285,7 +285,7 @@ func (s *service) thumb(w http.ResponseWriter, r *http.Request) {
 func (s *service) match(w http.ResponseWriter, r *http.Request) {
 	var in MatchIn
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&in); err != nil {
-		fail(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
+		failBody(w, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.deadline)
@@ -320,6 +320,15 @@ func statusOf(code knit.Code) int {
 		// died of it, which is a server error; the client should not retry it.
 		return http.StatusInternalServerError
 	}
+}
+
+// failBody answers a request body that could not be read or decoded.
+func failBody(w http.ResponseWriter, err error) {
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		fail(w, http.StatusRequestEntityTooLarge, "TOO_LARGE", err.Error())
+		return
+	}
+	fail(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
 }
 
 func failCall(w http.ResponseWriter, err error) {

@@ -98,6 +98,9 @@ func TestServe(t *testing.T) {
 	if status, code, _ := post("/thumb?w=64", "image/png", []byte("GIF89a")); status != 400 || code != string(knit.CodeTaskError) {
 		t.Errorf("not a PNG: %d %s, want 400 %s", status, code, knit.CodeTaskError)
 	}
+	if status, _, _ := post("/thumb?w=64", "image/png", make([]byte, maxBody+1)); status != 413 {
+		t.Errorf("a body over %d bytes: %d, want 413", maxBody, status)
+	}
 
 	status, _, body = postJSON("/match", MatchIn{Pattern: `\d{3}-\d{4}`, Text: "call 555-0100 or 555-0199"})
 	var got []string
