@@ -139,6 +139,12 @@ type Config struct {
 	// looks at every return ring, so that a lost doorbell cannot strand results (default
 	// 3s; negative: no watchdog; otherwise 10ms to 24h).
 	Liveness time.Duration
+	// MoveQueuedAfter is how long a process lane's call may run before the calls queued
+	// behind it on that lane move to other lanes, which take them sooner, at most 24h
+	// (default 100ms; negative: they wait). A call that has started never moves, and a lane
+	// that has run one call that long gets no new calls until it is done with it. Nothing
+	// moves while every lane is in that state. Goroutine lanes steal instead (Steal).
+	MoveQueuedAfter time.Duration
 	// Propagator carries values of each caller's context into process lanes — with
 	// propagation.TraceContext{}, a trace goes on in the task — when the lane binary's
 	// knit.Main has the same propagator (WithPropagator). Default: none; with one, each call
@@ -264,6 +270,10 @@ const (
 	defaultEventBuffer = 1024
 	defaultStopAck     = 50 * time.Millisecond
 	defaultLiveness    = 3 * time.Second
+	// defaultMoveQueuedAfter: a call queued behind a long one waits about this long and
+	// half again (the watchdog's look) before it moves; calls that run this long are rare
+	// among fast ones, and moving a few costs one requeue each.
+	defaultMoveQueuedAfter = 100 * time.Millisecond
 	// beatsPerLiveness: a lane beats this many times per Liveness, and the watchdog looks
 	// as often, so a frozen lane is killed between Liveness and 4/3 Liveness after it
 	// stopped, and a live one always beats between the first and the last of the looks
@@ -293,6 +303,9 @@ func (c Config) withDefaults(caps lifecycle.Caps) Config {
 	}
 	if c.Liveness == 0 {
 		c.Liveness = defaultLiveness
+	}
+	if c.MoveQueuedAfter == 0 {
+		c.MoveQueuedAfter = defaultMoveQueuedAfter
 	}
 	switch {
 	case c.Process.Spares == 0:
@@ -354,7 +367,7 @@ const (
 	maxEventBuffer = 1 << 16
 	maxSpin        = time.Second
 	maxSpares      = 64
-	maxDuration    = 24 * time.Hour // StopAckTimeout, KillGrace, StartupTimeout, Liveness, LatencyWindow
+	maxDuration    = 24 * time.Hour // StopAckTimeout, KillGrace, StartupTimeout, Liveness, LatencyWindow, MoveQueuedAfter
 	minLiveness    = 10 * time.Millisecond
 )
 
@@ -369,7 +382,7 @@ func (c Config) check() error {
 		name string
 		d    time.Duration
 	}{{"StopAckTimeout", c.StopAckTimeout}, {"KillGrace", c.KillGrace}, {"StartupTimeout", c.StartupTimeout},
-		{"Liveness", c.Liveness}, {"LatencyWindow", c.LatencyWindow}}
+		{"Liveness", c.Liveness}, {"LatencyWindow", c.LatencyWindow}, {"MoveQueuedAfter", c.MoveQueuedAfter}}
 	for _, d := range durations {
 		if d.d > maxDuration {
 			return bad(d.name, d.d, fmt.Sprintf("over %v", maxDuration))

@@ -57,6 +57,13 @@ type lane struct {
 	// request ring and the lane's consumer word was stalledAt (ringStalled).
 	stalled   bool
 	stalledAt uint32
+	// longSeq and longSince are the watchdog's too: the call the lane was running at its
+	// looks, and since when (moveQueued); long says it has run MoveQueuedAfter, and the
+	// balancer passes the lane by.
+	longSeq   uint64
+	longSince time.Time
+	long      atomic.Bool
+	moved     atomic.Uint64 // calls moved from behind a long call (LaneStats.Moved)
 	idle      chan struct{} // a retiring lane's last call has settled (recycle.go)
 }
 

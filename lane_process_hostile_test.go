@@ -675,7 +675,7 @@ func TestHostileDoorbellStorm(t *testing.T) {
 			base := takeBaseline(t)
 			rec := newRecorder()
 			p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 2, Logger: quiet(), OnEvent: rec.record,
-				Liveness: 300 * time.Millisecond, Balancer: knit.FirstIdle, CallerSpin: spin, Process: knit.ProcessConfig{Env: quickExit}}, moreHostileTasks...)
+				Liveness: time.Second, Balancer: knit.FirstIdle, CallerSpin: spin, Process: knit.ProcessConfig{Env: quickExit}}, moreHostileTasks...)
 			if err != nil {
 				t.Fatal(err)
 			}

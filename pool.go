@@ -1,6 +1,7 @@
 package knit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -229,7 +230,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	// A stealing pool of goroutine lanes runs the watchdog too, for its shared-ring backstop
 	// (it rings parked lanes while calls wait unclaimed; the per-lane checks are for lanes
 	// that can freeze without ending).
-	if p.caps.Watched && (cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0) || p.shared != nil {
+	if p.caps.Watched && (cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0 || cfg.MoveQueuedAfter > 0) || p.shared != nil {
 		p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
 		go p.watchdog(p.stopWatch, p.watchDone)
 	}
@@ -400,12 +401,16 @@ func (p *Pool) pick() *lane {
 	} else {
 		start = int(p.rr.Add(1)) % n
 	}
+	var long *lane // a lane held up by a long call: the last choice (moveQueued)
 	for k := range n {
 		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.State() == lifecycle.LaneReady {
-			return l
+			if !l.long.Load() {
+				return l
+			}
+			long = cmp.Or(long, l)
 		}
 	}
-	return nil
+	return long
 }
 
 // idleLane is the lowest ready lane that holds no call of its own (nil: none).
@@ -421,11 +426,15 @@ func (p *Pool) idleLane() *lane {
 // leastLoaded is the first idle lane, else the lane holding the fewest calls (the lower one
 // of equals: under a steady load the lanes take turns anyway).
 func (p *Pool) leastLoaded() *lane {
-	var best *lane
+	var best, long *lane
 	bestLoad := int32(0)
 	for i := range p.laneCount() {
 		l := p.slots[i].cur.Load()
 		if l == nil || l.State() != lifecycle.LaneReady {
+			continue
+		}
+		if l.long.Load() { // held up by a long call: the last choice (moveQueued)
+			long = cmp.Or(long, l)
 			continue
 		}
 		load := l.inflight.Load()
@@ -436,7 +445,7 @@ func (p *Pool) leastLoaded() *lane {
 			best, bestLoad = l, load
 		}
 	}
-	return best
+	return cmp.Or(best, long)
 }
 
 // laneByKey is the lane incarnation a record names, if it is the current one or a recycled

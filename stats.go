@@ -31,6 +31,9 @@ type LaneStats struct {
 	// Holding is how many calls from the shared ring the lane has claimed and not finished,
 	// as its claim journal shows them (Stats.Shared counts them too).
 	Holding int
+	// Moved counts the calls that waited behind a long call of the lane's current
+	// incarnation and moved to other lanes (Config.MoveQueuedAfter).
+	Moved uint64
 }
 
 // Stats describes a pool, as Pool.Stats returns it.
@@ -82,7 +85,7 @@ func (p *Pool) Stats() Stats {
 		// the old one: its PID and counters are not this incarnation's.
 		if l := p.slots[i].cur.Load(); l != nil && (p.tree == nil || l.Inc == ls.Incarnation) {
 			st := l.Counters()
-			ls.InFlight, ls.Queued, ls.Claimed = int(l.inflight.Load()), l.queued(), l.claimed.Load()
+			ls.InFlight, ls.Queued, ls.Claimed, ls.Moved = int(l.inflight.Load()), l.queued(), l.claimed.Load(), l.moved.Load()
 			if l.local != nil {
 				ls.Claimed = l.local.Claimed()
 			}

@@ -17,7 +17,7 @@ import (
 // lane whose heartbeat has stood still for Liveness (SIGSTOP, a stuck runtime): its calls
 // settle and the supervisor restarts it. It samples each lane's resident memory for
 // MaxLaneMemory (checkMemory). Recycled incarnations finishing their calls are looked after
-// too.
+// too. Every MoveQueuedAfter/2 it moves the calls queued behind a long one (moveQueued).
 func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	tick := p.cfg.Liveness / beatsPerLiveness
@@ -26,6 +26,12 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	var move <-chan time.Time // moveQueued's looks, more frequent
+	if p.caps.Watched && p.cfg.MoveQueuedAfter > 0 {
+		m := time.NewTicker(max(p.cfg.MoveQueuedAfter/2, time.Millisecond))
+		defer m.Stop()
+		move = m.C
+	}
 	type seen struct {
 		l    *lane
 		beat uint32
@@ -36,6 +42,9 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 		select {
 		case <-stop:
 			return
+		case now := <-move:
+			p.moveQueued(now)
+			continue
 		case <-t.C:
 		}
 		p.hostLimits.Check() // a lane may have lowered the host's own limits (prlimit64)

@@ -59,6 +59,7 @@ type Executor struct {
 	ret     *fastpath.Producer
 	stats   fastpath.Stats
 	running *atomic.Uint64 // the region's running word
+	gate    fastpath.Gate  // the region's gate word (process lanes)
 	last    uint64         // the sequence number of the last call of its own ring it started
 	busy    bool           // the running word says busy
 	claimed int            // calls of the shared ring claimed and not run yet
@@ -140,7 +141,7 @@ func (e *Executor) Run() error {
 	var inputs [fastpath.Slots][]byte
 	wake.SetAwake()
 	running := e.Region.Running()
-	e.running = running
+	e.running, e.gate = running, e.Region.Gate()
 	for {
 		// Between batches the lane looks for work (a stealing host rings none): idle, unless
 		// it still holds claimed calls (its own ring's calls ran first).
@@ -232,6 +233,11 @@ func (e *Executor) run(w work, input []byte, flags uint32) error {
 	if t == nil {
 		return fmt.Errorf("%w: function index %d is not served", fastpath.ErrCorrupt, w.fn)
 	}
+	if !e.Local && flags&SharedResult == 0 && !e.gate.Enter(w.seq) {
+		// The host took the call back while an earlier one ran long: it runs on another
+		// lane. The answer only gives its abort bit back.
+		return e.publish(w, nil, Withdrawn, 0, 0)
+	}
 	// A call with a hard timeout tells the host when it started: the host measures the
 	// timeout from then (Region.Since), not from when the call was queued. Stored before
 	// the running word, which the host reads first.
@@ -284,6 +290,11 @@ func (e *Executor) run(w work, input []byte, flags uint32) error {
 		}
 		return nil
 	}
+	return e.publish(w, out, o, flags, ran)
+}
+
+// publish answers call w on the return ring: its outcome o, out, flags and how long it ran.
+func (e *Executor) publish(w work, out []byte, o Outcome, flags uint32, ran uint64) error {
 	ret := e.ret
 	j, buf := e.reserve(ret, len(out))
 	copy(buf, out)

@@ -317,6 +317,40 @@ func (r *HostRing) publish(slot int, c *Call) bool {
 	return true
 }
 
+// Withdraw takes back the calls queued behind the one lane's own ring is running, which
+// then run on other lanes: the calls it has published that the lane has not started (gate
+// decides which, see fastpath.Gate) and every call of the backlog, whose abort bits it
+// frees. It returns the sequence number of the last call the lane started; the owner moves
+// the calls' records (Def.Withdraw with that as LaneEnd.Started) and uncounts them. ok is
+// false, and nothing taken, when the lane started a call meanwhile, is still skipping the
+// calls of an earlier Withdraw, or has none queued. Called with mu held.
+func (r *HostRing) Withdraw(gate fastpath.Gate) (started uint64, ok bool) {
+	if r.lane == nil || r.closed {
+		return 0, false
+	}
+	from, ok := gate.Fence(r.lane.seq)
+	if !ok {
+		return 0, false
+	}
+	for r.n > 0 {
+		c := &r.backlog[r.head]
+		if bit := c.Abort.Load(); bit >= 0 && r.aborts.Len() > 0 {
+			if b := bit - r.abortBase; r.bits.release(b) {
+				r.aborts.Clear(int(b))
+			}
+		}
+		r.backlog[r.head] = Call{}
+		r.head = (r.head + 1) % len(r.backlog)
+		r.n--
+	}
+	r.queued.Store(0)
+	if r.block {
+		close(r.space)
+		r.space = make(chan struct{})
+	}
+	return from - 1, true
+}
+
 // Queued is how many calls wait in the backlog.
 func (r *HostRing) Queued() int32 { return r.queued.Load() }
 
@@ -615,6 +649,12 @@ func (r *HostRing) settleSlot(i int) error {
 		if err := from.FreeAbort(bit, fn, s.Call()); err != nil {
 			return err
 		}
+	}
+	if Outcome(flags) == Withdrawn {
+		// A call the host took back (Withdraw) and runs elsewhere: the slot only gives its
+		// abort bit back. (A lane that answers a call it holds so withholds the answer, as
+		// a lane that never answers does: the call's deadline or the lane's end settles it.)
+		return nil
 	}
 	return r.settle.SettleResult(Result{Def: r.tasks[fn], Key: from.key, Shared: from != r, ID: s.Call(), Gen: s.Gen(),
 		Outcome: Outcome(flags &^ SharedResult), Ran: s.Seq(), Payload: payload})

@@ -72,6 +72,10 @@ type Def interface {
 	// it (or has), as it always does when its context ends. False, and nothing done, when
 	// the ring does not hold that call.
 	Drop(lane int32, id, gen uint32) bool
+	// Withdraw moves the calls of e.Owner that live lane e.Lane holds and provably has not
+	// started (published after e.Started, or still in its backlog) to another lane with
+	// e.Requeue, and reports how many; the lane's ring has taken them back (HostRing.Withdraw).
+	Withdraw(e LaneEnd) int
 }
 
 // Wrapper turns a lane's outcome into the error its caller sees.
@@ -90,10 +94,11 @@ const (
 	Stale             // the record was reused: nothing ran
 	BadInput          // the input did not decode
 	BadOutput         // the output did not encode
+	Withdrawn         // the host took the call back before it started (fastpath.Gate): it runs elsewhere
 )
 
 var outcomeNames = [...]string{OK: "ok", Failed: "failed", Panicked: "panicked", Stale: "stale",
-	BadInput: "bad input", BadOutput: "bad output"}
+	BadInput: "bad input", BadOutput: "bad output", Withdrawn: "withdrawn"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -890,6 +895,31 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 			r.Lane.Store(-1)
 			t.Records.Release(r)
 		}
+	})
+	return n
+}
+
+// Withdraw implements Def.
+func (t *Task[In, Out]) Withdraw(e LaneEnd) int {
+	n := 0
+	t.Records.Held(e.Owner, e.Lane, func(r *Record[In, Out]) {
+		if seq := r.Seq.Load(); seq != 0 && seq <= e.Started {
+			return // it has started: it stays
+		}
+		n++
+		r.Lane.Store(-1)
+		r.Abort.Store(-1)
+		r.Seq.Store(0)
+		if !r.Pending() || r.ctx.Err() != nil {
+			t.Records.Release(r) // its caller settles it, as whenever its context ends (Drop)
+			return
+		}
+		if e.Requeue(Retry{Def: t, ID: r.ID, Gen: r.Gen.Load(), Lane: &r.Lane, Abort: &r.Abort, Seq: &r.Seq,
+			Payload: r.Enc, Local: r, Ctx: r.ctx, Fail: func(err error) { r.Fail(err); t.Records.Release(r) }}) {
+			return
+		}
+		r.Fail(e.Err(false, false))
+		t.Records.Release(r)
 	})
 	return n
 }

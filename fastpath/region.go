@@ -26,8 +26,9 @@ const (
 	// number. Version 3: slot headers carry the call's deadline (Unix nanoseconds), and a
 	// header holds up to 16 bytes of a value instead of 24. Version 4: the signal strip
 	// carries the since word (Region.Since); the boot record travels in a sealed memfd, and
-	// a named rendezvous wants its key.
-	Version uint32 = 4
+	// a named rendezvous wants its key. Version 5: the signal strip carries the gate word
+	// (Region.Gate), with which the host takes back calls queued behind a stuck one.
+	Version uint32 = 5
 )
 
 // Fixed protocol sizes.
@@ -136,7 +137,8 @@ const (
 	sigBeat   = 320 // heartbeat counter, bumped by a lane process's runtime (not its tasks)
 	sigRun    = 384 // running word: the sequence number of the call the lane started last
 	sigSince  = 448 // when the lane started the call it runs, if that call has a hard timeout
-	sigBytes  = 512
+	sigGate   = 512 // gate word: the last call of its own ring the lane started, or a fence (Gate)
+	sigBytes  = 576
 	ringCtrl  = 256 // ring control sector: producer word +0, consumer word +64, arm word +128
 	statBytes = 3 * line
 )
@@ -323,6 +325,9 @@ func (r *Region) Running() *atomic.Uint64 { return shm.U64(r.mem, r.parts[partSi
 // call was queued. A lane can write anything here: the host only ever uses it to kill that
 // same lane later or sooner.
 func (r *Region) Since() *atomic.Int64 { return shm.I64(r.mem, r.parts[partSignals]+sigSince) }
+
+// Gate returns the lane's gate word (see Gate).
+func (r *Region) Gate() Gate { return Gate{w: shm.U64(r.mem, r.parts[partSignals]+sigGate)} }
 
 // RunningWord encodes the running word: the call with sequence number seq, and whether it is
 // still running.

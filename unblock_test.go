@@ -1,0 +1,50 @@
+package knit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/knitgo/knit"
+)
+
+// Calls queued behind a call that runs on and on move to another lane once there is one
+// (MoveQueuedAfter): they complete without waiting for it, its lane is not killed, and the
+// long call goes on where it started.
+func TestCallsMoveFromBehindALongCall(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, MoveQueuedAfter: 5 * time.Millisecond,
+		Process: knit.ProcessConfig{Env: quickExit}}, running, add)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := runningCall(t, ctx, p)
+	pid := p.Stats().Lanes[0].PID
+	// With one lane nothing moves: they wait behind the long call, in the lane's ring and,
+	// past its 32 slots, in the host's backlog.
+	const n = 100
+	futs := make([]*knit.Future[int64], n)
+	for i := range futs {
+		futs[i] = add.Go(context.Background(), p, [2]int64{int64(i), 1})
+	}
+	if err := p.Resize(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range futs {
+		if v, err := f.Wait(); err != nil || v != int64(i+1) {
+			t.Fatalf("call %d queued behind the long call: %d, %v", i, v, err)
+		}
+	}
+	select {
+	case <-long.Done():
+		_, err := long.Wait()
+		t.Fatalf("the long call settled before its cancellation: %v", err)
+	default:
+	}
+	if got := p.Stats().Lanes[0]; got.PID != pid || got.Crashes != 0 || got.Moved != n {
+		t.Errorf("the long call's lane: pid %d → %d, %d crashes, %d calls moved (want %d)", pid, got.PID, got.Crashes, got.Moved, n)
+	}
+	cancel()
+	if _, err := long.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the long call after its cancellation: %v, want CANCELED", err)
+	}
+}
