@@ -605,6 +605,11 @@ func (l *lane) Settle(le *lifecycle.Error, release bool) {
 		held += d.FailLane(end)
 	}
 	l.inflight.Add(int32(-held))
+	if !release {
+		// An abandoned lane's end (LetGo) may never come: ring a caller asleep on the direct
+		// doorbell now, after its call has settled (or moved), as LetGo would.
+		l.ringDirect()
+	}
 	if sh := l.p.shared; sh != nil {
 		if !release {
 			// An abandoned lane may still run its task: once that returns, the stop
@@ -639,14 +644,26 @@ func (l *lane) StopRequested() {
 // no longer armed.
 func (l *lane) LetGo() {
 	l.wakeReaper()
-	if w := l.directDone.Word(); l.reaper && w != nil {
-		w.Store(fastpath.ArmSignalled)
-		fastpath.FutexBell{}.Wake(w)
+	if l.ringDirect() {
 		for l.direct.Load() {
 			time.Sleep(10 * time.Microsecond)
 		}
 	}
 	<-l.reaped
+}
+
+// ringDirect stores Signalled in the direct doorbell's arm word and wakes a caller asleep on
+// it, once the lane's calls have settled; false when the lane has no direct doorbell. The
+// region must still be mapped: before LetGo returns, or for an abandoned lane (never
+// released).
+func (l *lane) ringDirect() bool {
+	w := l.directDone.Word()
+	if !l.reaper || w == nil {
+		return false
+	}
+	w.Store(fastpath.ArmSignalled)
+	fastpath.FutexBell{}.Wake(w)
+	return true
 }
 
 // directSafety bounds a caller's sleep on the direct doorbell: the lane rings it for every

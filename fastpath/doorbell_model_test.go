@@ -24,7 +24,9 @@ import (
 // it if armed. A reaper drains the same ring at any time (one drainer at a time: the draining
 // flag), and settles the call before it retires its slot, as Drain does. In the death variant
 // the lane's end settles the call instead (FailLane), closes Settled and stores Signalled in
-// the arm word (lane.LetGo). Property: the caller never sleeps for good.
+// the arm word (lane.LetGo); in the abandon variant it stores Signalled before Settled closes
+// (lane.Settle of an abandoned lane, whose LetGo may never come). Property: the caller never
+// sleeps for good.
 
 // --- the room doorbell ---
 
@@ -218,6 +220,9 @@ const (
 	deClose        // Settled closes
 	deStore        // LetGo stores Signalled in the arm word (and wakes)
 	deDone
+	// The abandon variant's order: settle, store, then close.
+	deStoreFirst
+	deCloseLast
 )
 
 const (
@@ -257,7 +262,7 @@ func (d *directState) drain(pc *uint8) bool {
 	return true
 }
 
-func (m directState) next(mutant int, death bool) []directState {
+func (m directState) next(mutant int, death, abandon bool) []directState {
 	var out []directState
 	l := m
 	switch m.lpc {
@@ -362,6 +367,18 @@ func (m directState) next(mutant int, death bool) []directState {
 			out = append(out, e)
 		case deSettle:
 			e.pending, e.epc = 0, deClose
+			if abandon {
+				e.epc = deStoreFirst
+			}
+			out = append(out, e)
+		case deStoreFirst:
+			e.epc = deCloseLast
+			if mutant != directNoLetGoWake {
+				e.arm = armSignalled
+			}
+			out = append(out, e)
+		case deCloseLast:
+			e.closed, e.epc = 1, deDone
 			out = append(out, e)
 		case deClose:
 			e.closed, e.epc = 1, deStore
@@ -377,7 +394,7 @@ func (m directState) next(mutant int, death bool) []directState {
 	return out
 }
 
-func checkDirect(mutant int, death bool) (states int, err error) {
+func checkDirect(mutant int, death, abandon bool) (states int, err error) {
 	seen := map[directState]bool{}
 	stack := []directState{{pending: 1}}
 	for len(stack) > 0 {
@@ -387,7 +404,7 @@ func checkDirect(mutant int, death bool) (states int, err error) {
 			continue
 		}
 		seen[s] = true
-		next := s.next(mutant, death)
+		next := s.next(mutant, death, abandon)
 		if len(next) == 0 && s.cpc != dcDone {
 			return len(seen), fmt.Errorf("the caller sleeps for good: %+v", s)
 		}
@@ -396,24 +413,32 @@ func checkDirect(mutant int, death bool) (states int, err error) {
 	return len(seen), nil
 }
 
+// The variants: no death, a death (LetGo after Settled closes), an abandonment (the store
+// before Settled closes).
+var directVariants = []struct{ death, abandon bool }{{false, false}, {true, false}, {true, true}}
+
 func TestDirectDoorbellModel(t *testing.T) {
-	for _, death := range []bool{false, true} {
-		n, err := checkDirect(directOK, death)
+	for _, v := range directVariants {
+		n, err := checkDirect(directOK, v.death, v.abandon)
 		if err != nil {
-			t.Fatalf("death=%v: %v", death, err)
+			t.Fatalf("%+v: %v", v, err)
 		}
-		t.Logf("death=%v: %d states", death, n)
+		t.Logf("%+v: %d states", v, n)
 	}
 	for _, mutant := range []int{directNoSignal, directCallFirst, directNoRecheck, directNoLetGoWake} {
 		failed := false
-		for _, death := range []bool{false, true} {
-			if _, err := checkDirect(mutant, death); err != nil {
-				t.Logf("direct mutant %d (death=%v): %v", mutant, death, err)
+		for _, v := range directVariants {
+			if _, err := checkDirect(mutant, v.death, v.abandon); err != nil {
+				t.Logf("direct mutant %d (%+v): %v", mutant, v, err)
 				failed = true
 			}
 		}
 		if !failed {
 			t.Errorf("direct mutant %d passed the model check", mutant)
 		}
+	}
+	// Without its store an abandonment strands the caller: the store is what ends its sleep.
+	if _, err := checkDirect(directNoLetGoWake, true, true); err == nil {
+		t.Error("an abandonment without the store passed the model check")
 	}
 }
