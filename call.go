@@ -81,7 +81,8 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		return out, err
 	}
 	if r.Pending() {
-		p.help(r)
+		ln, _ := l.(*lane)
+		p.helpOn(r, ln)
 	}
 	if done := ctx.Done(); done != nil && r.Pending() {
 		l.needReaper()
@@ -93,9 +94,13 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 		}
 		l.doneWaiting()
 	} else if l.drained() && r.Pending() {
-		l.needReaper()
-		<-r.Done()
-		l.doneWaiting()
+		if ln, ok := l.(*lane); !ok || !ln.waitDirect(r, &r.Lane) {
+			l.needReaper()
+			<-r.Done()
+			l.doneWaiting()
+		} else {
+			<-r.Done()
+		}
 	} else {
 		<-r.Done() // a goroutine lane settles the call itself: no reaper, no defer
 	}
@@ -176,14 +181,16 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	if ht := t.def.Options().HardTimeout; ht > 0 {
 		r.Hard = time.Now().Add(ht)
 	}
-	c, err := t.newCall(ctx, p, r)
-	if err != nil {
-		t.abandon(r, err)
-		if cancel != nil {
-			cancel()
+	var c actors.Call
+	if !p.local {
+		if c, err = t.newCall(ctx, p, r); err != nil {
+			t.abandon(r, err)
+			if cancel != nil {
+				cancel()
+			}
+			actors.FailFuture(f, err)
+			return fut
 		}
-		actors.FailFuture(f, err)
-		return fut
 	}
 	var expire func()
 	if ctx.Done() != nil {
@@ -194,6 +201,14 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	// woken only when the lane holds more calls than its return ring has slots: its results
 	// then must be drained for the lane to go on.
 	r.Attach(f, ctx, cancel, expire, helper{p})
+	if p.local {
+		// A goroutine lane takes the record as it is, as callLocal gives it: no Call is
+		// built, and dispatch only when the balancer's lane does not take it.
+		if l := p.pick(); l != nil && !p.closing.Load() && l.submitLocal(&r.Lane, r) == nil {
+			return fut
+		}
+		c = actors.Call{Def: t.def, Lane: &r.Lane, Local: r, Done: ctx.Done()}
+	}
 	l, err := p.dispatch(ctx, c)
 	if err != nil {
 		_, err = t.failure(ctx, err)
@@ -248,7 +263,12 @@ func (h helper) Poll()                { h.p.poll() }
 // either side. One caller spins at a time; the others park, and the spinner settles their
 // calls too. A spin that runs out of budget makes the following callers park at once,
 // except one in probeEvery, which spins to see whether results come back quickly again.
-func (p *Pool) help(c actors.Pender) {
+func (p *Pool) help(c actors.Pender) { p.helpOn(c, nil) }
+
+// helpOn is help for a call on lane l (nil: unknown). A spin that runs out while l is
+// asleep, or was woken for the call (its wake-up took longer than the budget), counts as no
+// miss: the lane's pace is not the reason.
+func (p *Pool) helpOn(c actors.Pender, l *lane) {
 	budget := p.cfg.CallerSpin
 	if budget <= 0 && p.local {
 		// A goroutine lane settles the call itself: the caller yields to it a few times
@@ -262,10 +282,14 @@ func (p *Pool) help(c actors.Pender) {
 	if budget <= 0 || p.spinMisses.Load() >= coldAfter && rand.Uint32()%probeEvery != 0 {
 		return
 	}
+	now := fastpath.Now()
+	if p.cold.Cold(now) {
+		return // a spinner of this pool was descheduled lately: park at once
+	}
 	if (p.spinning.Load() || !p.spinning.CompareAndSwap(false, true)) && !p.takeOver() {
 		return // another caller drains for everyone
 	}
-	var start time.Time
+	start, last := now, now
 	for i := 1; c.Pending(); i++ {
 		if p.reaped {
 			p.drainAll()
@@ -277,13 +301,21 @@ func (p *Pool) help(c actors.Pender) {
 		if i%64 != 0 {
 			continue
 		}
-		if start.IsZero() {
-			start = time.Now()
-		} else if time.Since(start) > budget {
-			p.spinMisses.Add(1)
+		t := fastpath.Now()
+		if t-last > fastpath.Descheduled {
+			// The caller lost its core while it spun: other threads want the cores, and
+			// the lane (told that a caller drains) may be waiting for one too. Park.
+			p.cold.Descheduled(t)
 			break
 		}
-		yield()
+		if t-start > budget {
+			if l == nil || !l.slowWake() {
+				p.spinMisses.Add(1)
+			}
+			break
+		}
+		runtime.Gosched() // the process's own goroutines; never the core (fastpath.Spinner)
+		last = fastpath.Now()
 	}
 	if !c.Pending() && p.spinMisses.Load() != 0 {
 		p.spinMisses.Store(0)
@@ -352,14 +384,6 @@ func (p *Pool) takeOver() bool {
 		}
 	}
 	return false
-}
-
-// yield hands the processor to other goroutines and the CPU to other processes: a host
-// spinner waits for lane processes, which on a machine with fewer cores than spinners need
-// the core it holds (runtime.Gosched alone keeps the OS thread running).
-func yield() {
-	runtime.Gosched()
-	spin.Yield()
 }
 
 // callerYields is how many times a caller of a goroutine lane yields for its result before

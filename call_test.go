@@ -433,3 +433,24 @@ func TestHardTimeoutFromStart(t *testing.T) {
 		t.Errorf("the lane was killed: pid %d → %d, %d crashes", pid, got.PID, got.Crashes)
 	}
 }
+
+// A caller alone on a process lane that does not spin sleeps on the return ring's direct
+// doorbell: its calls settle, and so does the call that kills the lane it waits on
+// (WORKER_CRASHED), after which the restarted lane serves again.
+func TestCallParkedDirect(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, LaneSpin: -1, CallerSpin: -1, Logger: quiet()}, mapSquare, mapCrash)
+	ctx := context.Background()
+	for i := range 300 {
+		if v, err := mapSquare.Call(ctx, p, i); err != nil || v != i*i {
+			t.Fatalf("call %d: %d, %v", i, v, err)
+		}
+	}
+	if _, err := mapCrash.Call(ctx, p, 13); !errors.Is(err, knit.ErrWorkerCrashed) {
+		t.Fatalf("the call that crashed its lane: %v, want WORKER_CRASHED", err)
+	}
+	for i := range 50 {
+		if v, err := mapCrash.Call(ctx, p, i+20); err != nil || v != (i+20)*(i+20) {
+			t.Fatalf("call %d after the restart: %d, %v", i, v, err)
+		}
+	}
+}

@@ -100,7 +100,10 @@ type Config struct {
 	// LaneSpin is how long an idle lane polls for work before parking, at most 1s. Zero:
 	// the runtime's default — none for goroutine lanes (a parked goroutine lane is woken
 	// through the Go scheduler on the caller's own core, which on small machines beats a
-	// spinner on another core: docs/benchmarks.md), 50µs for process lanes. Negative: none.
+	// spinner on another core: docs/benchmarks.md), 50µs for process lanes, of which only the
+	// lowest GOMAXPROCS−1 spin (a spinner needs a core of its own, and the callers one). A
+	// spinner never yields its core: one that loses it while it spins (the machine is busy)
+	// parks at once for a while. Negative: none.
 	LaneSpin time.Duration
 	// CallerSpin is how long a caller polls for its result before parking, at most 1s.
 	// Zero: the runtime's default, as for LaneSpin; negative: none.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,13 @@ type lane struct {
 	reaper   bool         // results are drained by a reaper goroutine (Incarnation.Remote)
 	waiters  atomic.Int32 // calls whose settlement is up to the reaper
 	kick     chan struct{}
+	// directDone is the return ring's direct doorbell, which a caller alone on the lane sleeps
+	// on itself (waitDirect); direct is held while one does.
+	directDone fastpath.Completion
+	direct     atomic.Bool
 
 	inflight atomic.Int32
+	rang     atomic.Bool   // the last publication woke the lane from a park (slowWake)
 	claimed  atomic.Uint64 // results of calls it claimed from the shared ring
 	cid      int           // its consumer id on the shared ring (-1: it does not claim)
 
@@ -103,6 +109,7 @@ func (l *lane) start() error {
 	}
 	l.wake, l.laneBell = region.LaneWake(), run.LaneBell()
 	l.done, l.doneBell = region.Returns().Completion(), run.DoneBell()
+	l.directDone = region.Returns().Direct()
 	launch := lifecycle.Launch{
 		Exec: l.executor, Boot: l.bootRecord,
 		// A restart takes a spare; a first start never does: the first lanes start
@@ -139,7 +146,7 @@ func (l *lane) executor(region *fastpath.Region, bell fastpath.Bell) (lifecycle.
 	cfg := l.p.cfg
 	exec := &actors.Executor{
 		Region: region, Lane: bell,
-		Host: l.ring, Corrupt: l.corrupt, Spin: cfg.LaneSpin, Local: true, Tasks: l.p.byIndex,
+		Host: l.ring, Corrupt: l.corrupt, Spin: l.p.laneSpin(l.Idx), Local: true, Tasks: l.p.byIndex,
 		Panic: cfg.PanicCrashesLane, Timed: l.p.obs.timed(),
 	}
 	var err error
@@ -165,6 +172,7 @@ func (l *lane) newRing() *actors.HostRing {
 		Returns: l.Region().Returns().Consumer(), Tasks: l.p.byIndex, Settle: l, Remote: l.reaper}
 	if l.reaper {
 		c.Aborts = l.Region().Aborts()
+		c.Room = l.roomFreed
 	}
 	if sh := l.p.shared; sh != nil {
 		c.Shared = sh.host
@@ -208,7 +216,22 @@ func (l *lane) Accept() {
 }
 
 // Published implements actors.RingOwner.
-func (l *lane) Published() { l.wake.Ring(l.laneBell) }
+func (l *lane) Published() {
+	if woke := l.wake.Ring(l.laneBell); woke != l.rang.Load() { // a load when nothing changes
+		l.rang.Store(woke)
+	}
+}
+
+// slowWake reports whether the lane was woken for the last calls published, or is parked:
+// a caller whose spin ran out waited for the lane's wake-up, not for its pace.
+func (l *lane) slowWake() bool {
+	awake, woken := l.wake.Awake()
+	return l.rang.Load() || !awake || woken
+}
+
+// roomFreed rings the lane, parked until its full return ring has room, after a drain.
+// l.wake is set after the ring is built: the method value reads it when it is called.
+func (l *lane) roomFreed() { l.wake.Force(l.laneBell) }
 
 // Dropped implements actors.RingOwner: calls whose callers had gone left the backlog.
 func (l *lane) Dropped(n int) {
@@ -245,6 +268,37 @@ func (l *lane) submitLocal(lane *atomic.Int32, c actors.LocalCall) error {
 	}
 	l.unhold()
 	return errLaneGone
+}
+
+// submitLocalBatch queues the calls of batch, oldest first, on the lane's LocalLane with one
+// push (one CAS, and one hand-off if the lane sleeps), as submitLocal queues one: the lane
+// takes them while it is ready and has room for them all. An error means none was taken.
+// pushed is false, with no error, when the lane ended after the state check: the caller
+// takes the calls back (actors.TakeBack) and submits those it gets back again.
+func (l *lane) submitLocalBatch(batch []actors.LocalCall) (pushed bool, err error) {
+	if l.State() != lifecycle.LaneReady {
+		return false, errLaneGone
+	}
+	k := int32(len(batch))
+	n := l.inflight.Add(k)
+	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
+		l.mu.Lock()
+		for range batch {
+			l.countCall(max)
+		}
+		l.mu.Unlock()
+	}
+	if n > l.local.Cap() {
+		l.inflight.Add(-k)
+		l.p.callDone()
+		return false, l.local.Full()
+	}
+	actors.NameLane(batch, l.key)
+	if l.local.PushBatch(batch, n > k) {
+		return true, nil
+	}
+	// The lane ended after the state check: the caller takes back what its end has not.
+	return false, nil
 }
 
 // unhold uncounts a call that did not go into the lane's queue.
@@ -402,14 +456,15 @@ func (l *lane) reap() {
 func (l *lane) linger() (settled bool) {
 	p := l.p
 	budget := p.cfg.CallerSpin
-	if budget <= 0 || !p.spinning.CompareAndSwap(false, true) {
+	if budget <= 0 || p.cold.Cold(fastpath.Now()) || !p.spinning.CompareAndSwap(false, true) {
 		return false
 	}
 	p.lingering.Store(true)
-	var last time.Time
+	var last time.Duration // when the last result came (0: none yet)
+	polled := fastpath.Now()
 	for i := 1; !p.handover.Load(); i++ {
 		if p.drainAll() > 0 {
-			last, settled = time.Time{}, true
+			last, settled = 0, true
 		}
 		if isClosed(l.Settled()) || p.futures.Load() == 0 && !l.needsReaper() {
 			break // (Close waits for acknowledgements on the doorbell, not here)
@@ -419,13 +474,18 @@ func (l *lane) linger() (settled bool) {
 			continue
 		}
 		l.CheckAck()
-		now := time.Now()
-		if last.IsZero() {
-			last = now
-		} else if now.Sub(last) > budget {
+		now := fastpath.Now()
+		if now-polled > fastpath.Descheduled {
+			p.cold.Descheduled(now) // it lost its core: park, as help does
 			break
 		}
-		yield()
+		if last == 0 {
+			last = now
+		} else if now-last > budget {
+			break
+		}
+		runtime.Gosched()
+		polled = fastpath.Now()
 	}
 	p.lingering.Store(false)
 	p.spinning.Store(false)
@@ -552,6 +612,11 @@ func (l *lane) Settle(le *lifecycle.Error, release bool) {
 		held += d.FailLane(end)
 	}
 	l.inflight.Add(int32(-held))
+	if !release {
+		// An abandoned lane's end (LetGo) may never come: ring a caller asleep on the direct
+		// doorbell now, after its call has settled (or moved), as LetGo would.
+		l.ringDirect()
+	}
 	if sh := l.p.shared; sh != nil {
 		if !release {
 			// An abandoned lane may still run its task: once that returns, the stop
@@ -580,10 +645,70 @@ func (l *lane) StopRequested() {
 	l.kickReaper()
 }
 
-// LetGo implements lifecycle.Rings: the reaper lets go of the region.
+// LetGo implements lifecycle.Rings: the reaper and a caller waiting on the direct doorbell
+// let go of the region. Its calls are settled (Settled is closed): the waiter, woken, finds
+// its call settled or gone elsewhere and leaves, and one about to wait finds the doorbell
+// no longer armed.
 func (l *lane) LetGo() {
 	l.wakeReaper()
+	if l.ringDirect() {
+		for l.direct.Load() {
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
 	<-l.reaped
+}
+
+// ringDirect stores Signalled in the direct doorbell's arm word and wakes a caller asleep on
+// it, once the lane's calls have settled; false when the lane has no direct doorbell. The
+// region must still be mapped: before LetGo returns, or for an abandoned lane (never
+// released).
+func (l *lane) ringDirect() bool {
+	w := l.directDone.Word()
+	if !l.reaper || w == nil {
+		return false
+	}
+	w.Store(fastpath.ArmSignalled)
+	fastpath.FutexBell{}.Wake(w)
+	return true
+}
+
+// directSafety bounds a caller's sleep on the direct doorbell: the lane rings it for every
+// result while it is armed, so this only matters if that failed.
+const directSafety = time.Second
+
+// waitDirect waits for call c, the only call the lane holds, on the return ring's direct
+// doorbell: the caller arms it, looks at the ring once more, and sleeps on its futex until
+// the lane, publishing a result, rings it; then it drains the ring itself. Parked through a
+// reaper instead, a result went lane → eventfd → netpoller → reaper goroutine → channel →
+// caller, a goroutine hand-off more and a wake-up of another thread by the Go scheduler on
+// the way, each of which waits for a core on a loaded machine (docs/benchmarks.md). key is
+// the call record's lane field: a call that leaves the lane (run again elsewhere after its
+// death) is waited for as any other. False when it did not wait until c settled: another
+// caller waits on the doorbell, the lane holds more calls (their callers need the reaper
+// anyway), or c left the lane; the caller then waits through the reaper.
+func (l *lane) waitDirect(c actors.Pender, key *atomic.Int32) bool {
+	if !l.reaper || l.inflight.Load() > 1 || l.direct.Load() || !l.direct.CompareAndSwap(false, true) {
+		return false
+	}
+	d := l.directDone
+	for c.Pending() && key.Load() == l.key {
+		l.drain()
+		if !c.Pending() {
+			break
+		}
+		d.Arm() // a full barrier before looking again: see Completion
+		// The ring after the arm, then the call: a result retired since was settled first.
+		if !l.ring.Waiting() && c.Pending() && key.Load() == l.key && !isClosed(l.Settled()) {
+			d.Wait(fastpath.FutexBell{}, directSafety)
+		}
+		d.Disarm()
+		if isClosed(l.Settled()) {
+			break
+		}
+	}
+	l.direct.Store(false)
+	return !c.Pending()
 }
 
 // corrupt kills a lane whose return ring broke the protocol, or abandons it if it cannot be

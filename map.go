@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,12 @@ import (
 // 32 slots and some backlog busy, few enough to leave a task's records (4096) to other
 // callers.
 const mapWindow = 1024
+
+// mapChunk is how many of a Map's calls move together: they take their records together,
+// go to one lane in one push (one CAS on a goroutine lane, one publication of the ring on a
+// process lane, and one wake-up of the lane), and the Map waits for them together (one
+// wake-up when the last settles). 32 fills a process lane's request ring.
+const mapChunk = 32
 
 // Map runs the task once per element of in, across the pool's lanes, and returns the
 // results in input order. It returns when every call has settled. The error is nil when
@@ -28,6 +35,11 @@ const mapWindow = 1024
 // in flight settle as a Call's would. An error that concerns the whole Map (a nil or
 // closed pool, a task the pool does not serve, a nil or ended context) is returned as an
 // *Error, with a nil slice.
+//
+// The calls move in chunks of up to 32 elements, up to 1024 elements in flight: a chunk's
+// calls take their records together, go to one lane in one push and one wake-up, and Map
+// waits for the chunk as one (a task with a Timeout or HardTimeout gives each element a
+// context of its own, and its elements go one by one).
 func (t *Task[In, Out]) Map(ctx context.Context, p *Pool, in []In) ([]Out, error) {
 	if _, cancel, err := t.prepare(ctx, p); err != nil {
 		t.rejected(p, err)
@@ -36,10 +48,32 @@ func (t *Task[In, Out]) Map(ctx context.Context, p *Pool, in []In) ([]Out, error
 		cancel() // each element gets a timeout of its own
 	}
 	out := make([]Out, len(in))
-	var failed []ElementError
-	fail := func(i int, err error) {
-		failed = append(failed, ElementError{Index: i, Err: asError(errorOf(err), t.def.Name())})
+	f := failures{task: t.def.Name()}
+	if t.def.Options().CallTimeout() > 0 {
+		t.mapEach(ctx, p, in, out, &f)
+	} else if len(in) > 0 {
+		t.mapChunks(ctx, p, in, out, &f)
 	}
+	if len(f.list) > 0 {
+		slices.SortFunc(f.list, func(a, b ElementError) int { return a.Index - b.Index })
+		return out, &MapError{Task: t.def.Name(), Calls: len(in), Failed: f.list}
+	}
+	return out, nil
+}
+
+// failures collects a Map's failed elements.
+type failures struct {
+	task string
+	list []ElementError
+}
+
+func (f *failures) add(i int, err error) {
+	f.list = append(f.list, ElementError{Index: i, Err: asError(errorOf(err), f.task)})
+}
+
+// mapEach runs a Map whose elements each have a context of their own (a task timeout), one
+// call at a time, up to mapWindow in flight.
+func (t *Task[In, Out]) mapEach(ctx context.Context, p *Pool, in []In, out []Out, f *failures) {
 	calls := make([]mapCall[In, Out], min(len(in), mapWindow))
 	head, n := 0, 0 // the oldest call in flight, and how many are
 	wait := func() {
@@ -47,7 +81,7 @@ func (t *Task[In, Out]) Map(ctx context.Context, p *Pool, in []In) ([]Out, error
 		v, err := t.await(c)
 		out[c.i] = v
 		if err != nil {
-			fail(c.i, err)
+			f.add(c.i, err)
 		}
 		*c = mapCall[In, Out]{}
 		head = (head + 1) % len(calls)
@@ -59,7 +93,7 @@ func (t *Task[In, Out]) Map(ctx context.Context, p *Pool, in []In) ([]Out, error
 		}
 		c := &calls[(head+n)%len(calls)]
 		if err := t.start(ctx, p, i, in[i], c); err != nil {
-			fail(i, err)
+			f.add(i, err)
 			continue
 		}
 		n++
@@ -67,10 +101,250 @@ func (t *Task[In, Out]) Map(ctx context.Context, p *Pool, in []In) ([]Out, error
 	for n > 0 {
 		wait()
 	}
-	if len(failed) > 0 {
-		return out, &MapError{Task: t.def.Name(), Calls: len(in), Failed: failed}
+}
+
+// chunk is a chunk of a Map's calls in flight: elements first to first+len(recs)-1.
+type chunk[In, Out any] struct {
+	b     actors.Batch
+	first int
+	recs  []*actors.Record[In, Out] // nil where the element did not start (it failed); in own
+	own   [mapChunk]*actors.Record[In, Out]
+}
+
+// mapChunks runs a Map whose elements share its context in chunks (mapChunk), up to
+// mapWindow elements in flight.
+func (t *Task[In, Out]) mapChunks(ctx context.Context, p *Pool, in []In, out []Out, f *failures) {
+	per := min(len(in), mapChunk)
+	chunks := make([]chunk[In, Out], min((len(in)+per-1)/per, mapWindow/mapChunk))
+	m := mapper[In, Out]{t: t, p: p, ctx: ctx, failed: f, done: actors.NewBatchDone()}
+	for i := range chunks {
+		chunks[i].recs = chunks[i].own[:0:per]
 	}
-	return out, nil
+	head, n, next := 0, 0, 0
+	for next < len(in) || n > 0 {
+		if next < len(in) && n < len(chunks) {
+			c := &chunks[(head+n)%len(chunks)]
+			k := min(per, len(in)-next)
+			m.start(c, next, in[next:next+k])
+			next += k
+			n++
+			continue
+		}
+		m.finish(&chunks[head], out)
+		head = (head + 1) % len(chunks)
+		n--
+	}
+	for i := range chunks { // the records kept for reuse
+		for _, r := range chunks[i].recs[:cap(chunks[i].recs)] {
+			if r != nil {
+				t.def.Records.Release(r)
+			}
+		}
+	}
+}
+
+// mapper is a Map's state that its chunks share.
+type mapper[In, Out any] struct {
+	t      *Task[In, Out]
+	p      *Pool
+	ctx    context.Context
+	failed *failures
+	done   chan struct{}                     // the chunks' completion (actors.Batch)
+	local  [mapChunk]actors.LocalCall        // a chunk's calls, for a goroutine lane's push
+	calls  [mapChunk]actors.Call             // a chunk's calls, for a process lane's ring
+	recs   [mapChunk]*actors.Record[In, Out] // their records
+}
+
+func (m *mapper[In, Out]) fail(i int, err error) { m.failed.add(i, err) }
+
+// start starts the calls of chunk c, for elements first, first+1, … (in): it takes their
+// records (the chunk's last ones again, where their calls have let go of them), starts them
+// as calls of c's batch and submits them to one lane together. An element that cannot start
+// fails at once.
+func (m *mapper[In, Out]) start(c *chunk[In, Out], first int, in []In) {
+	t, p := m.t, m.p
+	recs := c.recs[:len(in)]
+	c.first, c.recs = first, recs
+	if err := m.ctx.Err(); err != nil {
+		err = ctxError(m.ctx, t.def)
+		for i := range in {
+			t.rejected(p, err)
+			m.fail(first+i, err)
+			if r := recs[i]; r != nil {
+				t.def.Records.Release(r)
+				recs[i] = nil
+			}
+		}
+		c.b.Reset(0, m.done)
+		return
+	}
+	// Records: the chunk's previous ones where only the Map holds them, new ones for the rest.
+	need := 0
+	for i, r := range recs {
+		if r != nil && !t.def.Records.Reuse(r) {
+			t.def.Records.Release(r)
+			recs[i] = nil
+		}
+		if recs[i] == nil {
+			recs[need], recs[i] = recs[i], recs[need] // the holes first
+			need++
+		}
+	}
+	got, err := t.def.Records.AllocN(recs[:need])
+	if err != nil {
+		err = &Error{Code: CodeOverloaded, Lane: -1, Task: t.def.Name(), Cause: err}
+	}
+	// Holes were moved to the front: the records that start are recs[:got] and recs[need:];
+	// the order of records in a chunk is free, the element of each is its place.
+	c.b.Reset(len(in)-(need-got), m.done)
+	for i := range in {
+		if i >= got && i < need {
+			t.rejected(p, err)
+			m.fail(first+i, err)
+			continue
+		}
+		r := recs[i]
+		r.StartIn(m.ctx, in[i], p.id, &c.b)
+		observe(p, r, t.def.Index())
+	}
+	if p.local {
+		m.submitLocal(c, got, need)
+	} else {
+		m.submitRing(c, got, need)
+	}
+}
+
+// skip reports whether element i of a chunk whose holes are recs[got:need] did not start.
+func skip(i, got, need int) bool { return i >= got && i < need }
+
+// submitLocal submits a chunk's started calls to a goroutine lane in one push; those it
+// cannot push there go one by one, as Call's would.
+func (m *mapper[In, Out]) submitLocal(c *chunk[In, Out], got, need int) {
+	p := m.p
+	batch := m.local[:0]
+	for i, r := range c.recs {
+		if !skip(i, got, need) {
+			batch = append(batch, r)
+		}
+	}
+	if l := p.pick(); l != nil && !p.closing.Load() {
+		pushed, err := l.submitLocalBatch(batch)
+		if pushed {
+			clear(batch)
+			return
+		}
+		if err == nil { // the lane ended meanwhile: what its end did not take goes again
+			for _, c := range batch {
+				if actors.TakeBack(c, l.key) {
+					l.unhold()
+					m.dispatchOne(c.(*actors.Record[In, Out]))
+				}
+			}
+			clear(batch)
+			return
+		}
+	}
+	for _, r := range batch {
+		m.dispatchOne(r.(*actors.Record[In, Out]))
+	}
+	clear(batch)
+}
+
+// submitRing submits a chunk's started calls to a process lane (or a stealing pool's lanes)
+// with one publication of its ring; those it cannot take there go one by one.
+func (m *mapper[In, Out]) submitRing(c *chunk[In, Out], got, need int) {
+	t, p := m.t, m.p
+	calls, recs := m.calls[:0], m.recs[:0]
+	for i, r := range c.recs {
+		if skip(i, got, need) {
+			continue
+		}
+		call, err := t.newCall(m.ctx, p, r)
+		if err != nil {
+			m.failOne(r, err)
+			continue
+		}
+		calls, recs = append(calls, call), append(recs, r)
+	}
+	taken := 0
+	if l := p.pick(); l != nil && p.shared == nil && !p.closing.Load() && l.ring != nil {
+		taken, _ = l.ring.SubmitBatch(calls)
+		if taken > 0 {
+			l.crowded()
+		}
+	}
+	for i := taken; i < len(calls); i++ {
+		m.dispatchCall(calls[i], recs[i])
+	}
+	clear(calls)
+	clear(recs)
+}
+
+// dispatchOne submits a started call of a goroutine lane's chunk by itself.
+func (m *mapper[In, Out]) dispatchOne(r *actors.Record[In, Out]) {
+	m.dispatchCall(actors.Call{Def: m.t.def, Lane: &r.Lane, Local: r, Done: m.ctx.Done()}, r)
+}
+
+// dispatchCall submits a started call by itself, as Call does; one that finds no lane
+// settles with the error.
+func (m *mapper[In, Out]) dispatchCall(call actors.Call, r *actors.Record[In, Out]) {
+	h, err := m.p.dispatch(m.ctx, call)
+	if err != nil {
+		_, err = m.t.failure(m.ctx, err)
+		r.Fail(err)
+		m.t.def.Records.Release(r) // the dispatch reference: the Map keeps its own
+		return
+	}
+	h.crowded()
+}
+
+// failOne settles a started call that could not be submitted (its input did not encode).
+func (m *mapper[In, Out]) failOne(r *actors.Record[In, Out], err error) {
+	r.Fail(err)
+	m.t.def.Records.Release(r) // the dispatch reference
+}
+
+// finish waits for chunk c's calls, as Call waits for one, and collects their results.
+func (m *mapper[In, Out]) finish(c *chunk[In, Out], out []Out) {
+	t, p, b := m.t, m.p, &c.b
+	if b.Pending() && p.reaped {
+		p.help(b) // a process lane's results wait to be drained: drain while spinning pays
+	}
+	if b.Pending() {
+		if p.reaped {
+			p.block() // every reaper drains until the chunk has settled
+		}
+		if done := m.ctx.Done(); done != nil {
+		wait:
+			for b.Pending() {
+				select {
+				case <-b.Wake():
+				case <-done:
+					for _, r := range c.recs {
+						if r != nil && r.Pending() && r.Ctx() != nil {
+							t.expire(m.ctx, p, r)
+						}
+					}
+					b.Wait()
+					break wait
+				}
+			}
+		} else {
+			b.Wait()
+		}
+		if p.reaped {
+			p.unblock()
+		}
+	}
+	for i, r := range c.recs {
+		if r == nil {
+			continue
+		}
+		out[c.first+i] = r.Out
+		if r.Err != nil {
+			m.fail(c.first+i, r.Err)
+		}
+	}
 }
 
 // mapCall is one of a Map's calls in flight.

@@ -134,3 +134,28 @@ func TestMapDoesNotAllocatePerElement(t *testing.T) {
 		t.Errorf("%.0f allocations for a Map of %d", allocs, len(in))
 	}
 }
+
+// On pools with a shared submit ring, a Map's chunks go call by call (the ring decides which
+// lane takes each): the results are the same.
+func TestMapStealing(t *testing.T) {
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		p, err := knit.NewPool(knit.Config{Runtime: rt, Lanes: 2, Steal: knit.StealTicket, Logger: quiet()}, mapSquare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make([]int, 3000)
+		for i := range in {
+			in[i] = i
+		}
+		out, err := mapSquare.Map(context.Background(), p, in)
+		if err != nil {
+			t.Fatalf("%v: %v", rt, err)
+		}
+		for i, v := range out {
+			if v != i*i {
+				t.Fatalf("%v: out[%d] = %d", rt, i, v)
+			}
+		}
+		_ = p.Close(context.Background())
+	}
+}

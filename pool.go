@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/logging"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
@@ -45,13 +47,17 @@ type Pool struct {
 	spinning atomic.Bool  // a caller (help) or a reaper (linger) polls for results, draining for everyone
 	// lingering is set while the spinner is a reaper; handover asks it to let a caller spin.
 	lingering, handover atomic.Bool
-	spinMisses          atomic.Int32 // spins in a row that ran out of budget: at coldAfter, callers park at once
-	reaped              bool         // process lanes: results wait on return rings for a drainer
-	local               bool         // goroutine lanes of a pool with no shared ring (actors.LocalLane)
-	closing             atomic.Bool
-	requeued            atomic.Int64  // calls that lost their lane and look for another
-	drained             chan struct{} // closed when closing and nothing is in flight
-	drainMu             sync.Once
+	spinMisses          atomic.Int32     // spins in a row that ran out of budget: at coldAfter, callers park at once
+	cold                fastpath.Backoff // a host spinner was descheduled: callers and reapers park at once for a while
+	// spinLanes is how many lanes, the lowest first, spin before they park (LaneSpin); the
+	// others park at once (Pool.laneSpin).
+	spinLanes int
+	reaped    bool // process lanes: results wait on return rings for a drainer
+	local     bool // goroutine lanes of a pool with no shared ring (actors.LocalLane)
+	closing   atomic.Bool
+	requeued  atomic.Int64  // calls that lost their lane and look for another
+	drained   chan struct{} // closed when closing and nothing is in flight
+	drainMu   sync.Once
 
 	changeMu sync.Mutex
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
@@ -125,8 +131,12 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	}
 	rt := runtimes[cfg.Runtime]
 	adaptiveSpares := cfg.Process.Spares == 0
+	spinLanes := maxLanes // LaneSpin set: as many as asked
+	if cfg.LaneSpin == 0 {
+		spinLanes = runtime.GOMAXPROCS(0) - 1
+	}
 	cfg = cfg.withDefaults(rt.caps)
-	p := &Pool{cfg: cfg, caps: rt.caps, adaptiveSpares: adaptiveSpares, id: poolIDs.Add(1), epoch: time.Now(),
+	p := &Pool{cfg: cfg, caps: rt.caps, adaptiveSpares: adaptiveSpares, spinLanes: spinLanes, id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
 	p.size.Store(int32(cfg.Lanes))
@@ -241,6 +251,18 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	p.log.Debug("pool started", zap.Int("lanes", cfg.Lanes), zap.Stringer("runtime", cfg.Runtime))
 	started = true
 	return p, nil
+}
+
+// laneSpin is the spin budget of lane idx (LaneSpin). By default a spinning lane must have a
+// core to itself, and the host's callers need one: of a pool's lanes, GOMAXPROCS-1 spin (the
+// lowest, which LeastLoaded fills first), and the others park at once. More spinners than
+// cores take turns by scheduler slices, and a call to a spinner whose turn it is not waits
+// for one (milliseconds), as its peer, told it is awake, does not ring it.
+func (p *Pool) laneSpin(idx int) time.Duration {
+	if idx >= p.spinLanes {
+		return -1
+	}
+	return p.cfg.LaneSpin
 }
 
 // PID is the pool's supervisor actor, for application actors that watch it.

@@ -65,8 +65,16 @@ type Executor struct {
 	claimed int            // calls of the shared ring claimed and not run yet
 	sbatch  [fastpath.Slots]work
 	sinputs [fastpath.Slots][]byte
+	// done and direct are the return ring's completion doorbells, signalled after each result;
+	// rang is set when a signal woke the host (its next call comes after a wake-up).
+	done, direct fastpath.Completion
+	rang         bool
+	// backoff is the lane's spinners' (for calls and for room): a spinner descheduled while
+	// it spins makes both park at once for a while.
+	backoff fastpath.Backoff
 	// waitRoom's state, kept here so that parking allocates nothing.
 	wake      *fastpath.Wake // the region's lane doorbell
+	roomSpin  fastpath.Spinner
 	roomReady func() bool
 	roomOf    *fastpath.Producer
 	roomSeen  uint32
@@ -93,7 +101,7 @@ func (e *Executor) Run() error {
 	req := e.Region.Requests().Consumer()
 	e.ret, e.stats = e.Region.Returns().Producer(), e.Region.Stats()
 	wake, done, stop := e.Region.LaneWake(), e.Region.Returns().Completion(), e.Region.Stop()
-	e.wake = wake
+	e.wake, e.done, e.direct = wake, done, e.Region.Returns().Direct()
 	open := e.Region.Open()
 	// A stealing lane has work when it has claimed some: it claims while it looks for work,
 	// and also once more after it has marked itself parked, so that a call the host
@@ -135,8 +143,9 @@ func (e *Executor) Run() error {
 		}
 		return e.claimed > 0 || claimErr != nil || retry
 	}
-	// A process lane has nothing else to run while it spins: it yields to other processes.
-	spin := fastpath.Spinner{Budget: e.Spin, OS: !e.Local}
+	// A process lane has no other goroutine to let run while it spins.
+	spin := fastpath.Spinner{Budget: e.Spin, OS: !e.Local, Backoff: &e.backoff}
+	e.roomSpin = fastpath.Spinner{Budget: e.Spin, OS: true, Backoff: &e.backoff}
 	var batch [fastpath.Slots]work
 	var inputs [fastpath.Slots][]byte
 	wake.SetAwake()
@@ -148,6 +157,10 @@ func (e *Executor) Run() error {
 		if e.busy && e.claimed == 0 {
 			running.Store(fastpath.RunningWord(e.last, false))
 			e.busy = false
+		}
+		if e.rang { // the host was asleep: a spin that runs out waiting for it is excused
+			spin.PeerAsleep()
+			e.rang = false
 		}
 		if !spin.Until(ready) {
 			timeout := e.Park
@@ -372,7 +385,12 @@ func (e *Executor) yield() {
 // doorbell if the host sleeps on it.
 func (e *Executor) signal() {
 	if e.Done != nil { // nil: never rung, even when the host has armed the doorbell
-		e.Region.Returns().Completion().Signal(e.Done)
+		if e.done.Signal(e.Done) {
+			e.rang = true
+		}
+		if e.direct.Signal(fastpath.FutexBell{}) { // a caller waiting on it alone (Ring.Direct)
+			e.rang = true
+		}
 	}
 }
 
@@ -419,58 +437,49 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 	return out, o, nil
 }
 
-// Waiting for room on a full return ring. A process lane yields for roomPatience: a busy
-// host drains the ring within it, and parking sooner made saturated pools slower (a wake-up
-// per burst on the host, which is the bottleneck, and the lane's wake-up latency;
-// docs/benchmarks.md, "A full return ring"). A host that has not drained for that long has
-// stalled (stopped, descheduled, in a long pause): the lane then stops burning a core on it
-// and looks again every roomPoll (nobody rings it: see fastpath.Wake.ParkRoom).
-const (
-	roomPatience = time.Millisecond
-	roomPoll     = time.Millisecond
-)
+// roomSafety is how long a process lane parked for room on its full return ring sleeps at
+// most: the host that retires slots rings it (fastpath.Wake.ParkRoom), so this is only a
+// safety net.
+const roomSafety = 100 * time.Millisecond
 
 // reserve waits for a return slot and room for n bytes. The host drains results
 // independently of requests, so waiting here cannot deadlock.
 func (e *Executor) reserve(p *fastpath.Producer, n int) (int, []byte) {
-	var since time.Duration // when the wait began (0: the ring was not full yet)
 	for {
 		if i, buf, ok := tryReserve(p, n); ok {
 			return i, buf
 		}
-		since = e.waitRoom(p, since)
+		// The consumer word as it is now: any retire from here on makes room. (Reserve and
+		// Put look once more with it: the host may have retired since they looked.)
+		seen := p.Retired()
+		if i, buf, ok := tryReserve(p, n); ok {
+			return i, buf
+		}
+		e.waitRoom(p, seen)
 	}
 }
 
 // waitRoom is one round of reserve's wait, kept out of its loop (the path of every result):
-// it lets the host know, yields, and once roomPatience has passed parks for roomPoll. It
-// returns when the wait began, or 0 after a park.
-func (e *Executor) waitRoom(p *fastpath.Producer, since time.Duration) time.Duration {
+// it lets the host know, spins for room as the lane spins for calls (while spinning pays),
+// then marks the ring and parks until the host, retiring slots, rings it. Yielding the CPU
+// here instead handed it, on a loaded machine, to whatever else ran, and a lane that
+// polled every millisecond moved 32 results a millisecond (docs/benchmarks.md).
+func (e *Executor) waitRoom(p *fastpath.Producer, seen uint32) {
 	e.signal()
 	if e.Local { // its host drains in the same process: let it run
 		e.yield()
-		return 0
+		return
 	}
-	now := latency.Now()
-	if since == 0 {
-		since, e.roomOf = now, nil
-	}
-	if now-since < roomPatience {
-		e.yield()
-		return since
-	}
-	if e.roomOf == nil {
-		// The host's retire word is read here, not on every result (its cache line would
-		// move between the cores on each): reserve looks once more with what it shows, and
-		// a retire after it ends the park.
-		e.roomSeen, e.roomOf = p.Retired(), p
-		return since
-	}
+	e.roomSeen, e.roomOf = seen, p
 	if e.roomReady == nil {
 		e.roomReady = e.hasRoom // bound once: a method value allocates
 	}
-	e.wake.ParkRoom(e.Lane, e.roomReady, roomPoll)
-	return 0
+	if e.roomSpin.Until(e.roomReady) {
+		return
+	}
+	p.WantRoom()
+	e.wake.ParkRoom(e.Lane, e.roomReady, roomSafety)
+	p.NoRoomWanted()
 }
 
 // tryReserve reserves a return slot with room for n bytes, if there is one.

@@ -9,19 +9,28 @@ import (
 // Future is the result of a call started with Go. It settles once; Wait and Done may be
 // used from many goroutines.
 //
-// A Future is one allocation: Wait blocks on a WaitGroup inside it, and the channel Done
-// returns is made only for a caller that asks for it.
+// A Future is one allocation: Wait blocks on a mutex inside it, locked until the call
+// settles, and the channel Done returns is made only for a caller that asks for it.
 type Future[Out any] struct {
-	wg      sync.WaitGroup // Wait blocks on it: one count, released when the call settles
+	// The words that hold pointers first: the allocator writes the object's pointer bitmap
+	// only as far as the last of them.
+	help   Helper // the pool: drains results for a waiter
+	err    error
+	done   chan struct{} // made by the first Done, closed when the call settles
+	stop   func() bool
+	cancel context.CancelFunc
+	out    Out
+	// gate is locked from InitFuture until the call settles: Wait locks it (and unlocks it
+	// at once) to wait. A mutex's lock costs a submitter one CAS; a WaitGroup's Add cost it
+	// sixty-odd instructions (docs/benchmarks.md).
+	gate    sync.Mutex
+	mu      sync.Mutex // orders the context hook's registration before its use; guards done
 	settled atomic.Bool
-	out     Out
-	err     error
-	mu      sync.Mutex    // orders the context hook's registration before its use; guards done
-	done    chan struct{} // made by the first Done, closed when the call settles
-	stop    func() bool
-	cancel  context.CancelFunc
-	help    Helper // the pool: drains results for a waiter
-	watched bool   // under mu: Done registered f with help.Block until it settles
+	// hooked is set once Done has been called or a context hook attached: settle then takes
+	// mu to close Done's channel and stop the hook. A future with neither settles without it.
+	hooked  atomic.Bool
+	closed  bool // under mu: done is closed
+	watched bool // under mu: Done registered f with help.Block until it settles
 }
 
 // Helper is what a pool does for a goroutine about to wait for a call's result.
@@ -46,7 +55,7 @@ func NewFuture[Out any]() *Future[Out] { return InitFuture(&Future[Out]{}) }
 // InitFuture makes f, a zero Future (one embedded in a caller's own type, so that the pair
 // is one allocation), unsettled, and returns it.
 func InitFuture[Out any](f *Future[Out]) *Future[Out] {
-	f.wg.Add(1)
+	f.gate.Lock()
 	return f
 }
 
@@ -57,13 +66,20 @@ func (f *Future[Out]) Wait() (Out, error) {
 		if !f.settled.Load() {
 			// The spin did not catch the result: from now on the pool drains for us.
 			f.help.Block()
-			f.wg.Wait()
+			f.wait()
 			f.help.Unblock()
 			return f.out, f.err
 		}
 	}
-	f.wg.Wait()
+	f.wait()
 	return f.out, f.err
+}
+
+// wait blocks until the call has settled.
+func (f *Future[Out]) wait() {
+	f.gate.Lock()
+	//lint:ignore SA2001 the empty critical section is the wait
+	f.gate.Unlock()
 }
 
 // Done is closed when the call has settled.
@@ -72,9 +88,11 @@ func (f *Future[Out]) Done() <-chan struct{} {
 	defer f.mu.Unlock()
 	if f.done == nil {
 		f.done = make(chan struct{})
+		f.hooked.Store(true) // a full barrier before the load of settled: see settle
 		switch {
-		case f.settled.Load(): // settle closed no channel: there was none
+		case f.settled.Load(): // settle may not have seen hooked: close it here
 			close(f.done)
+			f.closed = true
 		case f.help != nil:
 			// Whoever selects on the channel waits without helping: the pool drains for
 			// it until the call settles (settle lets go of the registration).
@@ -104,22 +122,26 @@ func (s *settledFlag) Pending() bool { return !(*atomic.Bool)(s).Load() }
 
 // settle hands f its result and releases its waiters; it reports whether it stopped the
 // context hook (which then never runs). The result is written before settled turns true,
-// and settled before the WaitGroup lets Wait return (so Pending is false once Wait has
-// returned). settled turns true under mu, which Done holds while it looks at settled and
-// makes the channel: exactly one of the two closes a channel Done made.
+// and settled before the gate lets Wait return (so Pending is false once Wait has
+// returned). settled turns true before settle looks at hooked, and Done sets hooked before
+// it looks at settled: one of the two sees the other, and mu with closed keeps the channel
+// from being closed twice. A future with no hook and no Done channel takes no lock.
 func (f *Future[Out]) settle(out Out, err error) (stopped bool) {
 	f.out, f.err = out, err
-	f.mu.Lock()
 	f.settled.Store(true)
-	if f.done != nil {
-		close(f.done)
+	if f.hooked.Load() {
+		f.mu.Lock()
+		if f.done != nil && !f.closed {
+			close(f.done)
+			f.closed = true
+		}
+		if f.watched {
+			f.help.Unblock()
+		}
+		stopped = f.stop != nil && f.stop()
+		f.mu.Unlock()
 	}
-	if f.watched {
-		f.help.Unblock()
-	}
-	stopped = f.stop != nil && f.stop()
-	f.mu.Unlock()
-	f.wg.Done()
+	f.gate.Unlock()
 	return stopped
 }
 
@@ -140,6 +162,7 @@ func (r *Record[In, Out]) Attach(f *Future[Out], ctx context.Context, cancel con
 		return
 	}
 	r.refs.Add(1)
+	f.hooked.Store(true)
 	f.mu.Lock()
 	f.stop = context.AfterFunc(ctx, func() {
 		expire()

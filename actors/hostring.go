@@ -124,6 +124,9 @@ type RingConfig struct {
 	// Shared is the pool's shared ring, whose calls the lane may answer on its return ring
 	// (SharedResult), freeing its slots (nil: the pool does not steal).
 	Shared *HostRing
+	// Room rings the lane, parked until its full return ring has room, once a drain has
+	// retired slots (nil: the lane never parks for room).
+	Room func()
 }
 
 // HostRing is the host end of a lane's rings: the producer of a submit ring, shared by every
@@ -159,6 +162,7 @@ type HostRing struct {
 	settle   Settler
 	remote   bool
 	shared   *HostRing
+	room     func()
 	draining atomic.Bool
 	fenced   atomic.Bool // the return ring is never read again
 }
@@ -170,7 +174,7 @@ func NewHostRing(c RingConfig) *HostRing {
 		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull,
 		backlog: make([]Call, max(c.Backlog, 1)), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
-		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared,
+		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared, room: c.Room,
 	}
 }
 
@@ -243,6 +247,66 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 		r.owner.Published()
 	}
 	return true, nil
+}
+
+// SubmitBatch is Submit for calls, oldest first, under one hold of the mutex: it publishes
+// those that find a free slot with one store of the producer word, queues the others in the
+// backlog, and wakes the consumer once. It returns how many it took, the first ones (all of
+// them unless the backlog filled: then with *BacklogFull), or the owner's Admit error with
+// none. It keeps no pointer into calls.
+func (r *HostRing) SubmitBatch(calls []Call) (taken int, err error) {
+	r.mu.Lock()
+	if err := r.owner.Admit(); err != nil {
+		r.mu.Unlock()
+		return 0, err
+	}
+	staged, queued := false, false
+	for i := range calls {
+		c := &calls[i]
+		if r.n == len(r.backlog) && r.dropGoneLocked() == 0 {
+			break
+		}
+		c.Lane.Store(r.key)
+		if r.aborts.Len() > 0 {
+			r.allocAbort(c)
+		}
+		r.owner.Accept()
+		taken++
+		if r.n == 0 {
+			var slot int
+			var ok bool
+			if p := r.lane; p != nil {
+				slot, ok = p.Reserve()
+			} else {
+				slot, ok = r.prod.Reserve()
+			}
+			if ok && r.publish(slot, c) {
+				staged = true
+				continue
+			}
+		}
+		r.enqueue(*c)
+		queued = true
+	}
+	if staged { // one store for every call published
+		if p := r.lane; p != nil {
+			p.Flush()
+		} else {
+			r.prod.Flush()
+		}
+	}
+	if queued && r.flushLocked() { // as in Submit: the consumers may have made room meanwhile
+		staged = true
+	}
+	space := r.space
+	r.mu.Unlock()
+	if staged {
+		r.owner.Published()
+	}
+	if taken < len(calls) {
+		return taken, &BacklogFull{Space: space}
+	}
+	return taken, nil
 }
 
 // allocAbort gives a cancellable call an abort bit, raised at once if its caller has given
@@ -554,6 +618,9 @@ func (r *HostRing) Drain() (settled int, err error) {
 			}
 		}
 		r.ret.Retire(pending)
+		if r.room != nil && r.ret.RoomWanted() {
+			r.room() // the lane parked for room: there is some now (and the region is mapped while draining is held)
+		}
 		r.draining.Store(false)
 		if err != nil {
 			return settled, err

@@ -580,3 +580,49 @@ func TestHostRingDropsGoneCalls(t *testing.T) {
 		cancel()
 	}
 }
+
+// SubmitBatch publishes what the free slots take with one wake-up of the owner, queues the
+// rest in the backlog in order, and stops at a full backlog: the calls it took are the first
+// ones.
+func TestHostRingSubmitBatch(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	tr := newTestRing(t, served(task), nil) // a backlog of 4
+	var calls []Call
+	var recs []*Record[int, int]
+	for k := range fastpath.Slots + 6 {
+		c, r := ringCall(t, task, context.Background(), k)
+		calls, recs = append(calls, c), append(recs, r)
+	}
+	taken, err := tr.SubmitBatch(calls)
+	var full *BacklogFull
+	if taken != fastpath.Slots+4 || !errors.As(err, &full) {
+		t.Fatalf("SubmitBatch: %d taken, %v; want %d and a full backlog", taken, err, fastpath.Slots+4)
+	}
+	if tr.owner.accepted != taken || tr.owner.published != 1 || tr.Queued() != 4 {
+		t.Fatalf("owner: %d accepted, %d wake-ups, %d queued", tr.owner.accepted, tr.owner.published, tr.Queued())
+	}
+	for k, r := range recs {
+		if want := k < taken; (r.Lane.Load() == testRingKey) != want {
+			t.Errorf("call %d: lane %d", k, r.Lane.Load())
+		}
+	}
+	slots := tr.take(t)
+	if len(slots) != fastpath.Slots {
+		t.Fatalf("the lane sees %d calls, want %d", len(slots), fastpath.Slots)
+	}
+	for k, s := range slots {
+		if s.id != recs[k].ID || s.seq != uint64(k+1) {
+			t.Fatalf("slot %d holds call %d (seq %d), want %d", k, s.id, s.seq, recs[k].ID)
+		}
+	}
+	tr.Flush()
+	for k, s := range tr.take(t) {
+		if want := recs[fastpath.Slots+k].ID; s.id != want {
+			t.Errorf("backlog call %d published as call %d, want %d", k, s.id, want)
+		}
+	}
+	tr.owner.admit = errors.New("not ready")
+	if taken, err := tr.SubmitBatch(calls[taken:]); taken != 0 || err != tr.owner.admit {
+		t.Fatalf("SubmitBatch to a ring its owner closed: %d, %v", taken, err)
+	}
+}

@@ -105,7 +105,21 @@ type LocalCall interface {
 	// moveTo moves the call from lane from to lane to (false: it is not from's any more).
 	moveTo(from, to *LocalLane) bool
 	node() *localNode
+	laneKey() *atomic.Int32
 }
+
+// NameLane names lane key in the record of every call of batch, as a submitter does before
+// it pushes (PushBatch).
+func NameLane(batch []LocalCall, key int32) {
+	for _, c := range batch {
+		c.laneKey().Store(key)
+	}
+}
+
+// TakeBack takes call c back from lane key, after a PushBatch that found the lane ended,
+// with the CAS on its record's Lane field that the lane's end uses too: true when it got it
+// back (the caller submits it again), false when the lane's end has settled it already.
+func TakeBack(c LocalCall, key int32) bool { return c.laneKey().CompareAndSwap(key, -1) }
 
 // localNode links a record into a LocalLane's stack. next is a plain field: a submitter
 // writes it before the CAS that publishes the node, and the lane (or a thief) reads it after
@@ -175,22 +189,46 @@ func (x *LocalLane) Cap() int32 { return x.cap }
 // group, a parked peer is woken to take them if this lane is stuck.
 func (x *LocalLane) Push(c LocalCall, busy bool) bool {
 	n := c.node()
+	return x.push(n, n, busy)
+}
+
+// PushBatch queues the calls of batch, oldest first, as Push queues one: with one CAS (and one
+// hand-off on the bell of a sleeping lane) for them all, which the lane takes together.
+// Their owner has admitted them, counted them in Held and named the lane in their records.
+// False, with none queued, once the lane has ended.
+func (x *LocalLane) PushBatch(batch []LocalCall, busy bool) bool {
+	if len(batch) == 0 {
+		return true
+	}
+	// The stack is newest first: link the batch so, its oldest call last (the lane runs a
+	// stack from its end).
+	first := batch[len(batch)-1].node()
+	for i := len(batch) - 1; i > 0; i-- {
+		batch[i].node().next = batch[i-1].node()
+	}
+	return x.push(first, batch[0].node(), busy)
+}
+
+// push queues the chain of nodes from first to last (linked through next, newest first).
+func (x *LocalLane) push(first, last *localNode, busy bool) bool {
+	n := first
 	for {
 		old := x.head.Load()
 		switch old {
 		case localClosed:
 			return false
 		case localAsleep:
-			// One submitter wins the mark, so the bell's one slot is free for its call.
+			// One submitter wins the mark, so the bell's one slot is free for its calls.
 			if x.head.CompareAndSwap(localAsleep, localHanded) {
+				last.next = nil
 				x.bell <- n
 				return true
 			}
 			continue
 		case nil, localHanded:
-			n.next = nil
+			last.next = nil
 		default:
-			n.next = old
+			last.next = old
 		}
 		if x.head.CompareAndSwap(old, n) {
 			if busy && x.group != nil && x.group.eager {
@@ -367,7 +405,9 @@ func (x *LocalLane) take() bool {
 		}
 		x.hunts++ // a new hunt after each park
 		if n != nil {
-			x.batch = append(x.batch, n.call)
+			for ; n != nil; n = n.next { // a call, or a batch of them (PushBatch)
+				x.batch = append(x.batch, n.call)
+			}
 			return true
 		}
 		// A nudge: a stop request, a stealing lane opened (lane.Open), or (eager group) a
@@ -481,3 +521,5 @@ func (r *Record[In, Out]) moveTo(from, to *LocalLane) bool {
 }
 
 func (r *Record[In, Out]) node() *localNode { return &r.link }
+
+func (r *Record[In, Out]) laneKey() *atomic.Int32 { return &r.Lane }

@@ -20,6 +20,11 @@ import (
 // between are ones the check visits anyway). Property: no call is settled twice, and in every
 // state where nothing can move every call is settled exactly once — run by the victim or the
 // thief, taken by the end, or given back to its submitter.
+//
+// The batch variant's submitter pushes its calls as Task.Map's chunks go (lane.submitLocalBatch,
+// PushBatch, TakeBack): it names the victim in every record first, then pushes them all with
+// one CAS of the head, or, meeting the closed mark, takes each back with its own CAS on the
+// record's Lane field.
 
 // Lane field values of the model.
 const (
@@ -44,9 +49,10 @@ type lmState struct {
 	settled [lmCalls]int8
 	refused [lmCalls]int8
 
-	// Submitter: call sc at step spc; sv is the head version it loaded.
-	sc, spc int8
-	sv      uint8
+	// Submitter: call sc at step spc; sv is the head version it loaded. (Batch: sc counts
+	// the records named, bk the calls it has tried to take back.)
+	sc, spc, bk int8
+	sv          uint8
 
 	// Victim: its taken batch (vb entries), alive or dead.
 	vbatch [lmCalls]int8
@@ -96,6 +102,7 @@ const (
 type lmModel struct {
 	calls   int
 	abandon bool // the end may start while the victim still runs, and fences its calls
+	batch   bool // the submitter pushes all its calls at once (PushBatch)
 	mutant  int  // a broken protocol (mutants), for the check that the model can fail
 	seen    map[lmState]bool
 	stack   []lmState
@@ -118,7 +125,9 @@ func (m *lmModel) succ(s lmState) []lmState {
 	n := int8(m.calls)
 
 	// Submitter.
-	if s.sc < n {
+	if m.batch {
+		m.batchSubmitter(s, add)
+	} else if s.sc < n {
 		c := s.sc
 		switch s.spc {
 		case sStore:
@@ -281,6 +290,47 @@ func (m *lmModel) succ(s lmState) []lmState {
 	return out
 }
 
+// batchSubmitter is the submitter of the batch variant: one step of it.
+func (m *lmModel) batchSubmitter(s lmState, add func(lmState)) {
+	n := int8(m.calls)
+	t := s
+	switch s.spc {
+	case sStore: // NameLane, one record at a time
+		t.lane[s.sc] = lmVictim
+		if t.sc++; t.sc == n {
+			t.spc = sLoad
+		}
+	case sLoad:
+		t.sv = s.hv
+		if s.closed {
+			t.spc = sBack
+		} else {
+			t.spc = sCAS
+		}
+	case sCAS: // PushBatch: every call in one CAS, the oldest (call 0) deepest
+		if s.hv != s.sv || s.closed {
+			t.spc = sLoad
+			break
+		}
+		copy(t.head[n:], s.head[:s.hl])
+		for c := range n {
+			t.head[n-1-c] = c
+		}
+		t.hl, t.hv, t.spc = s.hl+n, s.hv+1, sDone
+	case sBack: // TakeBack, one record at a time
+		c := s.bk
+		if t.lane[c] == lmVictim || m.mutant == mutantPlainBackOut {
+			t.lane[c], t.refused[c] = lmNone, 1
+		}
+		if t.bk++; t.bk == n {
+			t.spc = sDone
+		}
+	default:
+		return
+	}
+	add(t)
+}
+
 // check runs the model from its initial state; it reports the number of states visited.
 func (m *lmModel) check(attempts int8) error {
 	m.seen = map[lmState]bool{}
@@ -312,7 +362,8 @@ func (m *lmModel) check(attempts int8) error {
 
 // final checks a state where nothing can move.
 func (m *lmModel) final(s lmState) error {
-	if s.sc != int8(m.calls) || s.epc != eDone || s.tpc != tDone && s.attempts > 0 {
+	submitted := s.sc == int8(m.calls) && (!m.batch || s.spc == sDone)
+	if !submitted || s.epc != eDone || s.tpc != tDone && s.attempts > 0 {
 		return fmt.Errorf("stuck with actors not done: %+v", s)
 	}
 	for c := range m.calls {
@@ -336,17 +387,19 @@ const (
 )
 
 func TestLocalStealModel(t *testing.T) {
-	for _, abandon := range []bool{false, true} {
-		for calls := 1; calls <= lmCalls; calls++ {
-			for attempts := int8(1); attempts <= 2; attempts++ {
-				name := fmt.Sprintf("abandon=%v/calls=%d/attempts=%d", abandon, calls, attempts)
-				t.Run(name, func(t *testing.T) {
-					m := &lmModel{calls: calls, abandon: abandon}
-					if err := m.check(attempts); err != nil {
-						t.Fatal(err)
-					}
-					t.Logf("%d states", m.states)
-				})
+	for _, batch := range []bool{false, true} {
+		for _, abandon := range []bool{false, true} {
+			for calls := 1; calls <= lmCalls; calls++ {
+				for attempts := int8(1); attempts <= 2; attempts++ {
+					name := fmt.Sprintf("batch=%v/abandon=%v/calls=%d/attempts=%d", batch, abandon, calls, attempts)
+					t.Run(name, func(t *testing.T) {
+						m := &lmModel{calls: calls, abandon: abandon, batch: batch}
+						if err := m.check(attempts); err != nil {
+							t.Fatal(err)
+						}
+						t.Logf("%d states", m.states)
+					})
+				}
 			}
 		}
 	}
@@ -354,19 +407,21 @@ func TestLocalStealModel(t *testing.T) {
 
 // Each mutant of the protocol breaks the property somewhere in the grid: the model can fail.
 func TestLocalStealModelMutants(t *testing.T) {
-	for _, mutant := range []int{mutantPlainBackOut, mutantPlainVictim, mutantPlainMove} {
-		failed := false
-		for _, abandon := range []bool{false, true} {
-			for calls := 1; calls <= lmCalls && !failed; calls++ {
-				m := &lmModel{calls: calls, abandon: abandon, mutant: mutant}
-				if err := m.check(2); err != nil {
-					t.Logf("mutant %d: %v", mutant, err)
-					failed = true
+	for _, batch := range []bool{false, true} {
+		for _, mutant := range []int{mutantPlainBackOut, mutantPlainVictim, mutantPlainMove} {
+			failed := false
+			for _, abandon := range []bool{false, true} {
+				for calls := 1; calls <= lmCalls && !failed; calls++ {
+					m := &lmModel{calls: calls, abandon: abandon, mutant: mutant, batch: batch}
+					if err := m.check(2); err != nil {
+						t.Logf("batch=%v mutant %d: %v", batch, mutant, err)
+						failed = true
+					}
 				}
 			}
-		}
-		if !failed {
-			t.Errorf("mutant %d passed the model check", mutant)
+			if !failed {
+				t.Errorf("batch=%v: mutant %d passed the model check", batch, mutant)
+			}
 		}
 	}
 }

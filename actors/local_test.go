@@ -651,3 +651,87 @@ func TestLocalGroupStealRacesVictimEnd(t *testing.T) {
 		t.Fatalf("over 40 rounds %d calls were stolen and %d requeued: the race was not run", stolen, requeuedAll)
 	}
 }
+
+// Batches pushed with PushBatch run once each, in order, batch after batch, whether the lane
+// sleeps (the first batch is handed over on its bell) or is busy (the next ones go on its
+// stack); each call of a batch settles its Batch, whose last call wakes the waiter once.
+func TestLocalLanePushBatch(t *testing.T) {
+	var order []int // appended by the lane goroutine only
+	task := defineTest(t, func(_ context.Context, n int) (int, error) {
+		order = append(order, n)
+		return 2 * n, nil
+	}, Options{})
+	h := newLocalHarness(t, LocalConfig{}).start()
+	done := NewBatchDone()
+	const batches, per = 20, 17
+	bs := make([]Batch, batches)
+	rs := make([]*Record[int, int], 0, batches*per)
+	for b := range batches {
+		bs[b].Reset(per, done)
+		calls := make([]LocalCall, per)
+		for i := range per {
+			r, err := task.Records.Alloc()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.StartIn(context.Background(), b*per+i, 1, &bs[b])
+			rs = append(rs, r)
+			calls[i] = r
+		}
+		h.owner.held.Add(per)
+		NameLane(calls, h.key)
+		if !h.x.PushBatch(calls, h.owner.held.Load() > per) {
+			t.Fatal("a running lane refused a batch")
+		}
+		if b == 0 {
+			bs[0].Wait() // the lane parks again before the next batches
+			runtime.Gosched()
+		}
+	}
+	for b := range bs {
+		bs[b].Wait()
+	}
+	for i, r := range rs {
+		if r.Pending() || r.Out != 2*i || r.Err != nil {
+			t.Fatalf("call %d: pending %v, %d, %v", i, r.Pending(), r.Out, r.Err)
+		}
+		if !task.Records.Reuse(r) {
+			t.Fatalf("call %d: its record is still held by the lane after it settled", i)
+		}
+		task.Records.Release(r)
+	}
+	if len(order) != len(rs) {
+		t.Fatalf("%d calls ran, want %d", len(order), len(rs))
+	}
+	for i, n := range order {
+		if n != i {
+			t.Fatalf("call %d ran in place %d: %v", n, i, order)
+		}
+	}
+	if h.owner.held.Load() != 0 {
+		t.Fatalf("the owner still counts %d calls", h.owner.held.Load())
+	}
+}
+
+// A batch pushed onto an ended lane is refused whole, and each of its calls is taken back
+// with TakeBack.
+func TestLocalLanePushBatchEnded(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	h := newLocalHarness(t, LocalConfig{}).start()
+	h.stop()
+	h.x.Seal()
+	var calls []LocalCall
+	for i := range 3 {
+		r := startCall(t, task, context.Background(), i, 1, -1)
+		calls = append(calls, r)
+	}
+	NameLane(calls, h.key)
+	if h.x.PushBatch(calls, false) {
+		t.Fatal("an ended lane took a batch")
+	}
+	for i, c := range calls {
+		if !TakeBack(c, h.key) {
+			t.Errorf("call %d could not be taken back", i)
+		}
+	}
+}

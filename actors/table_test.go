@@ -300,3 +300,50 @@ func TestTableCachedTwiceTakenOnce(t *testing.T) {
 		t.Fatalf("record %d handed out twice", a.ID)
 	}
 }
+
+// AllocN takes distinct free records, from the free ones first; Reuse readies a settled
+// record its caller alone holds for another call (a new generation), and refuses one the
+// dispatch side still holds.
+func TestTableAllocNAndReuse(t *testing.T) {
+	task := defineTest(t, double, Options{})
+	first := make([]*Record[int, int], 40)
+	if n, err := task.Records.AllocN(first); n != len(first) || err != nil {
+		t.Fatalf("AllocN: %d, %v", n, err)
+	}
+	seen := map[*Record[int, int]]bool{}
+	for _, r := range first {
+		if seen[r] || isFree(r) {
+			t.Fatalf("record %d handed out twice, or free", r.ID)
+		}
+		seen[r] = true
+	}
+	for _, r := range first[:20] {
+		task.Records.Release(r)
+	}
+	again := make([]*Record[int, int], 30)
+	if n, err := task.Records.AllocN(again); n != len(again) || err != nil {
+		t.Fatalf("AllocN: %d, %v", n, err)
+	}
+	reused := 0
+	for _, r := range again {
+		if seen[r] {
+			reused++
+		}
+	}
+	if reused != 20 {
+		t.Errorf("AllocN took %d of the 20 free records first", reused)
+	}
+	r := first[20]
+	r.Start(context.Background(), 1, 1) // caller and dispatch side
+	r.Resolve(2)
+	<-r.Done()
+	if task.Records.Reuse(r) {
+		t.Fatal("Reuse took a record the dispatch side still holds")
+	}
+	gen := r.Gen.Load()
+	task.Records.Release(r) // the dispatch side lets go
+	if !task.Records.Reuse(r) || r.Gen.Load() != gen+1 || r.Out != 0 || isFree(r) {
+		t.Fatalf("Reuse: generation %d (was %d), out %d, free %v", r.Gen.Load(), gen, r.Out, isFree(r))
+	}
+	task.Records.Release(r)
+}

@@ -363,6 +363,7 @@ type Record[In, Out any] struct {
 	Err   error
 	done  chan struct{}
 	fut   *Future[Out]
+	batch *Batch // the batch the call belongs to (nil: its caller waits on done)
 	table *Table[In, Out]
 	link  localNode // its place in a LocalLane's queue
 	// obs, if set, is told when the call settles; Begun is when it was submitted (the
@@ -545,7 +546,64 @@ func (r *Record[In, Out]) settled() {
 		r.settleFuture()
 		return
 	}
+	if b := r.batch; b != nil {
+		b.settled()
+		return
+	}
 	r.done <- struct{}{}
+}
+
+// Batch is the completion of calls whose caller waits for them together (Task.Map's
+// chunks): each settles as any call does, and the one that settles last wakes the caller,
+// once, on a channel the caller may share between its batches. A call of a batch gives its
+// record's Done no token: its caller reads its result once the batch is done.
+type Batch struct {
+	pending atomic.Int32
+	done    chan struct{}
+}
+
+// NewBatchDone returns a channel for batches to signal on (Reset): one token at most waits
+// in it, for the one goroutine that waits for its batches.
+func NewBatchDone() chan struct{} { return make(chan struct{}, 1) }
+
+// Reset readies b for n calls, signalling on done.
+func (b *Batch) Reset(n int, done chan struct{}) {
+	b.done = done
+	b.pending.Store(int32(n))
+}
+
+// Pending reports whether a call of the batch is unsettled.
+func (b *Batch) Pending() bool { return b.pending.Load() != 0 }
+
+// Wait blocks until every call of the batch has settled. A token left on the shared channel
+// by another batch (or by this one, since its last call settled) only makes it look again.
+func (b *Batch) Wait() {
+	for b.pending.Load() != 0 {
+		<-b.done
+	}
+}
+
+// Wake is the channel Wait blocks on, for a caller that selects on it beside another (its
+// context): it then looks at Pending again.
+func (b *Batch) Wake() <-chan struct{} { return b.done }
+
+// settled counts one of the batch's calls settled; the last wakes the caller. The send
+// never blocks: a token already waiting wakes the caller just as well. The channel is read
+// before the count: once it reaches zero the caller may reset the batch for its next calls.
+func (b *Batch) settled() {
+	done := b.done
+	if b.pending.Add(-1) == 0 {
+		select {
+		case done <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// StartIn is Start for a call of batch b: its caller waits for the batch, not the call.
+func (r *Record[In, Out]) StartIn(ctx context.Context, in In, owner uint64, b *Batch) {
+	r.batch = b
+	r.Start(ctx, in, owner)
 }
 
 // Done receives one token when the call settles; the caller takes it before Release.
@@ -653,6 +711,11 @@ func (t *Table[In, Out]) Alloc() (*Record[In, Out], error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.allocLocked()
+}
+
+// allocLocked finds a free record the cache dropped, or makes one. Called with mu held.
+func (t *Table[In, Out]) allocLocked() (*Record[In, Out], error) {
 	if r := t.scanLocked(scanBudget); r != nil {
 		return r, nil
 	}
@@ -725,16 +788,66 @@ func (t *Table[In, Out]) Release(r *Record[In, Out]) {
 	if r.refs.Load() != 1 && r.refs.Add(-1) != 0 {
 		return
 	}
+	r.reset()
+	r.refs.setFree() // only now may a scan claim it
+	t.cache.Put(r)
+}
+
+// reset clears what a call left on its record and makes its slots stale (Gen).
+func (r *Record[In, Out]) reset() {
 	var zeroIn In
 	var zeroOut Out
-	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut, r.obs, r.fails = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil, nil, nil
+	r.In, r.LaneOut, r.LaneErr, r.Out, r.Err, r.ctx, r.fut, r.obs, r.fails, r.batch = zeroIn, zeroOut, nil, zeroOut, nil, nil, nil, nil, nil, nil
 	r.Hard = time.Time{}
 	if cap(r.Enc) > maxKeptEncoding {
 		r.Enc = nil
 	}
 	r.Gen.Add(1)
-	r.refs.setFree() // only now may a scan claim it
-	t.cache.Put(r)
+}
+
+// Reuse readies a settled record that its caller alone holds for the caller's next call,
+// as Release then Alloc would, without the trip through the free records (Task.Map reuses
+// its chunks' records). False, with nothing done, when the dispatch side has not let go
+// yet (a drainer settles a process lane's call before it drops its reference): the caller
+// then releases the record.
+func (t *Table[In, Out]) Reuse(r *Record[In, Out]) bool {
+	if r.refs.Load() != 1 || r.Pending() {
+		return false
+	}
+	r.reset()
+	r.refs.claimNew() // one reference, taken: as Alloc leaves it
+	return true
+}
+
+// AllocN takes len(dst) free records into dst, or as many as there are up to the limit of
+// records in flight: from the free records first, then, for the rest, under one hold of the
+// table's lock (a batch of calls takes its records together, not one lock at a time). It
+// returns how many it took, and an error when that is fewer than asked.
+func (t *Table[In, Out]) AllocN(dst []*Record[In, Out]) (int, error) {
+	n := 0
+	for n < len(dst) {
+		v := t.cache.Get()
+		if v == nil {
+			break
+		}
+		if r := v.(*Record[In, Out]); r.refs.claim() {
+			dst[n] = r
+			n++
+		}
+	}
+	if n == len(dst) {
+		return n, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for ; n < len(dst); n++ {
+		r, err := t.allocLocked()
+		if err != nil {
+			return n, err
+		}
+		dst[n] = r
+	}
+	return n, nil
 }
 
 // maxKeptEncoding bounds the encoding buffer a free record keeps for its next call.

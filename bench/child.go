@@ -22,6 +22,7 @@ const (
 	childShmFutex = "shm-futex" // child_shm.go: futex-wait on a shared word, echo it
 	childPlugin   = "plugin"    // child_plugin.go: hashicorp/go-plugin net/rpc server
 	childIdle     = "knit-idle" // idle_child.go: measure an idle knit pool, print the result
+	// childHog (load.go): a busy loop, for the rows under load
 )
 
 // runChildIfRequested runs the child role named by KNIT_BENCH_CHILD, if any.
@@ -43,6 +44,8 @@ func runChildIfRequested() (exitCode int, isChild bool) {
 		return 0, true
 	case childIdle:
 		return idleChildMain(), true
+	case childHog:
+		return hogChildMain(), true
 	default:
 		fmt.Fprintf(os.Stderr, "bench child: unknown %s=%q\n", childEnv, role)
 		return 2, true

@@ -71,6 +71,9 @@ type rowMeta struct {
 	// keys: a steal discipline, or private lanes and their balancer); ""
 	// for every other row (knit rows with the default Config).
 	Dispatch string `json:"dispatch,omitempty"`
+	// Load is what else runs on the machine while the row runs (load*
+	// keys: busy loops, load.go); "" for an otherwise idle machine.
+	Load string `json:"load,omitempty"`
 }
 
 // Implementations named in rowMeta.Impl.
@@ -227,7 +230,7 @@ func allScenarios() []scenario {
 	all = append(all, knitScenarios()...)
 	all = append(all, knitSweepScenarios()...)
 	all = append(all, stealScenarios()...)
-	return all
+	return append(all, loadScenarios(all)...)
 }
 
 // checkNames panics on duplicate row names (a programming error).

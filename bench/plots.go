@@ -67,6 +67,9 @@ type plotSpec struct {
 	xLabel string
 	yLabel string
 	xs     []int
+	// xNames, if set, labels xs (categories, on a linear axis) instead of
+	// their numbers (on a log axis).
+	xNames []string
 	y      func(*result) float64
 	lines  []plotLine
 	refs   []plotRef
@@ -140,6 +143,7 @@ func writePlots(rep report, dir, format string) ([]string, error) {
 			},
 		},
 	}
+	specs = append(specs, loadPlots(rs, latencyUs, callsPerSec)...)
 	var files []string
 	for _, s := range specs {
 		p, ok, err := s.draw(rep.Meta)
@@ -167,8 +171,16 @@ func (s plotSpec) draw(m runMeta) (p *plot.Plot, ok bool, err error) {
 	p.X.Scale = plot.LogScale{}
 	p.Y.Scale = plot.LogScale{}
 	var xt plot.ConstantTicks
-	for _, x := range s.xs {
-		xt = append(xt, plot.Tick{Value: float64(x), Label: strconv.Itoa(x)})
+	for i, x := range s.xs {
+		label := strconv.Itoa(x)
+		if s.xNames != nil {
+			label = s.xNames[i]
+		}
+		xt = append(xt, plot.Tick{Value: float64(x), Label: label})
+	}
+	if s.xNames != nil {
+		p.X.Scale = plot.LinearScale{}
+		p.X.Min, p.X.Max = float64(s.xs[0])-0.3, float64(s.xs[len(s.xs)-1])+0.3
 	}
 	p.X.Tick.Marker = xt
 	p.Y.Tick.Marker = siLogTicks{}

@@ -60,13 +60,25 @@ func (rs rowSet) find(impl, shape string, lanes, window int) *result {
 	return rs.findDispatch(impl, shape, lanes, window, "", "")
 }
 
+// findLoad is find for the rows run under a load (load.go; "": idle).
+func (rs rowSet) findLoad(impl, shape string, lanes, window int, load string) *result {
+	for i := range rs {
+		r := &rs[i]
+		if r.Impl == impl && r.Shape == shape && r.Lanes == lanes && r.Window == window &&
+			r.Workload == "" && r.Dispatch == "" && r.Load == load && measured(r) {
+			return r
+		}
+	}
+	return nil
+}
+
 // findDispatch is find for the stealing rows: the first measured row with
 // this meta, workload and dispatch, or nil.
 func (rs rowSet) findDispatch(impl, shape string, lanes, window int, workload, dispatch string) *result {
 	for i := range rs {
 		r := &rs[i]
 		if r.Impl == impl && r.Shape == shape && r.Lanes == lanes && r.Window == window &&
-			r.Workload == workload && r.Dispatch == dispatch && measured(r) {
+			r.Workload == workload && r.Dispatch == dispatch && r.Load == "" && measured(r) {
 			return r
 		}
 	}
@@ -141,6 +153,7 @@ func computeTargets(results []result) []targetResult {
 	ts = append(ts, idleTarget(rs.find(implKnitProcess, shapeIdle, knitIdleLanes, 0)))
 	ts = append(ts, allocsTarget(rs, shapeRoundTrip), allocsTarget(rs, shapeGoroutines))
 	ts = append(ts, stealTargets(rs)...)
+	ts = append(ts, loadTargets(rs)...)
 	return ts
 }
 
@@ -245,7 +258,7 @@ func allocsTarget(rs rowSet, shape string) targetResult {
 	var worst *result
 	for i := range rs {
 		r := &rs[i]
-		if (r.Impl == implKnitProcess || r.Impl == implKnitGoroutine) && r.Shape == shape && r.Dispatch == "" && measured(r) {
+		if (r.Impl == implKnitProcess || r.Impl == implKnitGoroutine) && r.Shape == shape && r.Dispatch == "" && r.Load == "" && measured(r) {
 			if worst == nil || r.AllocsPerOp > worst.AllocsPerOp {
 				worst = r
 			}

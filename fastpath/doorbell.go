@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/knitgo/knit/internal/futex"
+	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/internal/spin"
 )
 
@@ -148,11 +149,14 @@ func (w *Wake) Ring(bell Bell) bool {
 // ring (ParkRoom): it waits for the host to drain, not for calls, so Ring leaves it parked.
 const waitRoom = 3
 
-// ParkRoom is Park for a lane whose return ring is full: it sleeps for timeout (it must be
-// positive), or until a Force, unless ready (room) reports true after the awake word is set.
-// Nobody rings it when room appears: the host would have to read the lane's awake word on
-// every drain, which cost a process-lane call about a fifth (docs/benchmarks.md), for a wait
-// that happens only when the host has stalled. The lane polls instead.
+// ParkRoom is Park for a lane whose return ring is full: it sleeps until a Force, or for
+// timeout (it must be positive: a safety net), unless ready (room) reports true after the
+// awake word is set. The lane marks its return ring first (Producer.WantRoom), and the host
+// that retires slots and finds the mark rings it with Force (the mark shares a cache line
+// with the host's retire word, so looking at it costs a drain nothing; reading the lane's
+// awake word on every drain cost a process-lane call about a fifth, docs/benchmarks.md).
+// Before the mark the lane polled every millisecond, which on a loaded machine was the pace
+// of the whole pool (docs/benchmarks.md, "Spinning on a busy machine").
 func (w *Wake) ParkRoom(bell Bell, ready func() bool, timeout time.Duration) {
 	w.awake.Swap(waitRoom) // a full barrier before re-checking, as in Park
 
@@ -207,30 +211,50 @@ func (c Completion) Signal(bell Bell) bool {
 
 // Spinner waits for a condition by polling it, and decides by itself whether polling is
 // worth it: it spins only while work keeps coming back sooner than a park and wake would
-// cost. Between polls it issues a CPU pause; every yieldEvery polls it checks the clock and
-// yields (with OS set, to every thread of every process: a lane process has nothing else to
-// run, and on a machine with fewer cores than spinners the host must get the core to
-// produce the work the spinner waits for). A zero Spinner never spins. Not safe for
-// concurrent use.
+// cost, and only while it keeps its core. Between polls it issues a CPU pause; every
+// checkEvery polls it reads the clock. It never yields the CPU to other processes: on a
+// machine where other threads want the cores, a spinner that yields hands its core to one
+// of them for the rest of a scheduler slice (milliseconds), and one that does not is
+// descheduled all the same, while its peer, told it is awake, does not ring it
+// (docs/benchmarks.md, "Spinning on a busy machine"). A spinner that finds it was
+// descheduled while it spun (a gap between two clock readings far longer than the polls
+// between them) goes cold instead: it parks at once for a while (Backoff), and spins
+// again afterwards to see whether the cores are free again. A zero Spinner never spins. Not
+// safe for concurrent use (its Backoff is).
 type Spinner struct {
 	Budget time.Duration // longest spin (zero or less: none)
-	OS     bool          // yield to other processes too, not only to other goroutines
+	// OS marks a spinner with no other goroutine to let run (a lane process's executor): it
+	// never calls runtime.Gosched. Others yield to their goroutines every checkEvery polls.
+	OS bool
+	// Backoff is shared by the spinners that wait for the same peers (nil: the spinner's own).
+	Backoff *Backoff
 	// misses counts spins in a row that ran out; at coldAfter the spinner is cold: the next
 	// waits park at once until a park shows that work came back within Budget after all.
 	misses int
+	// excused: the peer was asleep when the spinner last handed it something (PeerAsleep),
+	// so a spin that runs out waiting for its answer counts as no miss: the peer's wake-up
+	// took longer than the budget, which says nothing of the pace of the work.
+	excused bool
+	own     Backoff
 }
+
+// PeerAsleep tells the spinner that the peer whose work it is about to wait for was asleep
+// when it was handed its last piece (a lane rang a parked caller with a result): if this
+// spin runs out, it is no miss.
+func (s *Spinner) PeerAsleep() { s.excused = true }
 
 // coldAfter is how many spins in a row must run out before a spinner stops spinning: one
 // unlucky gap (a descheduled peer) must not make both sides of a busy lane park.
 const coldAfter = 3
 
-const (
-	yieldEvery   = 64
-	osYieldEvery = 8
-)
+// checkEvery is how many polls a spinner makes between two readings of the clock (and, if
+// it has goroutines to let run, between two runtime.Gosched).
+const checkEvery = 64
 
 // Until reports whether ready returned true within the spin. False means: park.
 func (s *Spinner) Until(ready func() bool) bool {
+	excused := s.excused
+	s.excused = false
 	if ready() {
 		s.misses = 0
 		return true
@@ -238,25 +262,40 @@ func (s *Spinner) Until(ready func() bool) bool {
 	if s.Budget <= 0 || s.misses >= coldAfter {
 		return false
 	}
-	start := time.Now()
+	b := s.Backoff
+	if b == nil {
+		b = &s.own
+	}
+	now := Now()
+	if b.Cold(now) {
+		return false
+	}
+	start, last := now, now
 	for i := 1; ; i++ {
 		spin.Pause()
 		if ready() {
 			s.misses = 0
 			return true
 		}
-		if s.OS && i%osYieldEvery == 0 {
-			spin.Yield() // often: a peer with work may be waiting for this core
+		if i%checkEvery != 0 {
+			continue
 		}
-		if i%yieldEvery == 0 {
-			if time.Since(start) >= s.Budget {
+		t := Now()
+		if t-last > Descheduled {
+			b.Descheduled(t)
+			return false
+		}
+		if t-start >= s.Budget {
+			if !excused {
 				s.misses++
-				return false
 			}
-			if !s.OS {
-				runtime.Gosched()
-			}
+			return false
 		}
+		if !s.OS {
+			runtime.Gosched() // what runs meanwhile is the process's own work, not a preemption
+			t = Now()
+		}
+		last = t
 	}
 }
 
@@ -267,3 +306,48 @@ func (s *Spinner) Parked(d time.Duration) {
 		s.misses = 0
 	}
 }
+
+// Now reads the monotonic clock (the runtime's nanotime: one vDSO call).
+func Now() time.Duration { return latency.Now() }
+
+// Descheduled is the gap between two readings of a spinner's clock, checkEvery polls apart
+// (a few microseconds), beyond which the spinner was not running: the scheduler gave its
+// core to another thread for a slice (a millisecond or more). Shorter gaps, up to a few
+// hundred microseconds, come and go on an idle machine (interrupts, the hypervisor, a
+// kernel thread: 50 to 160 µs on the reference VM) and say nothing about spinning.
+const Descheduled = 500 * time.Microsecond
+
+// Backoff is when spinning does not pay: after a spinner was descheduled, spinners that
+// share it park at once for a cold window, which doubles each time a spinner is descheduled
+// again soon after the last window ended (up to coldMax), and starts again from coldMin
+// when that happens rarely. The spin after a window is the probe: on a machine whose cores
+// are free again it is not descheduled, and spinning goes on. Safe for concurrent use; its
+// zero value is warm.
+type Backoff struct {
+	until  atomic.Int64 // Now before which spinners park at once
+	window atomic.Int64 // the last cold window
+}
+
+// Cold windows: the first after a quiet spell, and the longest.
+const (
+	coldMin = time.Millisecond
+	coldMax = 256 * time.Millisecond
+)
+
+// Cold reports whether spinners park at once at now.
+func (b *Backoff) Cold(now time.Duration) bool { return int64(now) < b.until.Load() }
+
+// Descheduled records that a spinner was descheduled at now: it goes cold.
+func (b *Backoff) Descheduled(now time.Duration) {
+	w, end := time.Duration(b.window.Load()), time.Duration(b.until.Load())
+	if w == 0 || now-end > 4*w {
+		w = coldMin
+	} else {
+		w = min(2*w, coldMax)
+	}
+	b.window.Store(int64(w))
+	b.until.Store(int64(now + w))
+}
+
+// Window is the last cold window (0: never cold).
+func (b *Backoff) Window() time.Duration { return time.Duration(b.window.Load()) }

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/knitgo/knit/internal/shm"
 )
 
 // TestChanBellRingBetweenCheckAndWait rings a parking consumer in the window a lost wake-up
@@ -126,5 +128,97 @@ func TestParkNeverWaitsRung(t *testing.T) {
 	}
 	if looks != 2 {
 		t.Fatalf("Park looked for work %d times after it was rung for nothing, want 2", looks)
+	}
+}
+
+// A Backoff goes cold for a window after a descheduling; the window doubles while
+// deschedulings follow soon after the last window, and starts from coldMin again after a
+// quiet spell.
+func TestBackoff(t *testing.T) {
+	var b Backoff
+	if b.Cold(1) || b.Window() != 0 {
+		t.Fatal("a zero Backoff is cold")
+	}
+	now := 10 * time.Second
+	b.Descheduled(now)
+	if !b.Cold(now+coldMin-1) || b.Cold(now+coldMin) || b.Window() != coldMin {
+		t.Fatalf("after a descheduling: window %v", b.Window())
+	}
+	for w := 2 * coldMin; w <= coldMax; w *= 2 {
+		now += b.Window() + time.Microsecond // soon after the window ended
+		b.Descheduled(now)
+		if b.Window() != w || !b.Cold(now+w-1) {
+			t.Fatalf("window %v, want %v", b.Window(), w)
+		}
+	}
+	now += b.Window()
+	b.Descheduled(now)
+	if b.Window() != coldMax {
+		t.Fatalf("window %v beyond %v", b.Window(), coldMax)
+	}
+	now += 10 * coldMax // a quiet spell
+	b.Descheduled(now)
+	if b.Window() != coldMin {
+		t.Fatalf("after a quiet spell: window %v, want %v", b.Window(), coldMin)
+	}
+}
+
+// A spinner goes cold after coldAfter spins in a row that find nothing, but not for spins
+// that waited for a peer it knows was asleep (PeerAsleep); a cold spinner polls once and
+// parks. Spinners that share a Backoff that is cold do not spin either. (The spinner's own
+// Backoff is reset before each spin that must spin: a test descheduled on a loaded machine
+// makes it cold, rightly.)
+func TestSpinnerMisses(t *testing.T) {
+	polls := 0
+	never := func() bool { polls++; return false }
+	s := Spinner{Budget: 20 * time.Microsecond, OS: true}
+	for range 2 * coldAfter {
+		s.PeerAsleep()
+		polls, s.own = 0, Backoff{}
+		if s.Until(never) || polls < 2 {
+			t.Fatalf("an excused spinner did not spin (%d polls)", polls)
+		}
+	}
+	for s.misses < coldAfter {
+		s.own = Backoff{}
+		s.Until(never)
+	}
+	polls = 0
+	if s.Until(never) || polls != 1 {
+		t.Fatalf("a cold spinner polled %d times, want 1", polls)
+	}
+	s.Parked(time.Microsecond) // a short park: work came back soon
+	polls, s.own = 0, Backoff{}
+	if s.Until(never); polls < 2 {
+		t.Fatalf("a spinner warm again polled %d times", polls)
+	}
+	var b Backoff
+	b.Descheduled(Now())
+	shared := Spinner{Budget: time.Millisecond, OS: true, Backoff: &b}
+	polls = 0
+	if shared.Until(never) || polls != 1 {
+		t.Fatalf("a spinner whose Backoff is cold polled %d times, want 1", polls)
+	}
+}
+
+// The producer's room mark is seen once by the consumer's RoomWanted after a retire.
+func TestRoomMark(t *testing.T) {
+	layout := Layout{Inline: 64, Arena: 64, AbortBits: 1}
+	r, err := NewRegion(shm.Heap(layout.Size()), layout, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, c := r.Returns().Producer(), r.Returns().Consumer()
+	if c.RoomWanted() {
+		t.Fatal("room wanted before any mark")
+	}
+	p.WantRoom()
+	if !c.RoomWanted() || c.RoomWanted() {
+		t.Fatal("the mark is not seen exactly once")
+	}
+	p.WantRoom()
+	p.NoRoomWanted()
+	if c.RoomWanted() {
+		t.Fatal("a cleared mark is seen")
 	}
 }

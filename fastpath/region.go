@@ -26,8 +26,10 @@ const (
 	// number. Version 3: slot headers carry the call's deadline (Unix nanoseconds), and a
 	// header holds up to 16 bytes of a value instead of 24. Version 4: the signal strip
 	// carries the since word (Region.Since); the boot record travels in a sealed memfd, and
-	// a named rendezvous wants its key. Version 5: the signal strip carries the gate word
-	// (Region.Gate), with which the host takes back calls queued behind a stuck one.
+	// a named rendezvous wants its key. Version 5: the return ring's control sector carries
+	// the direct completion doorbell's arm word (Ring.Direct) and the lane's mark that it
+	// waits for room (Producer.WantRoom); the signal strip carries the gate word
+	// (Region.Gate), with which the host takes back calls queued behind a long one.
 	Version uint32 = 5
 )
 
@@ -139,7 +141,7 @@ const (
 	sigSince  = 448 // when the lane started the call it runs, if that call has a hard timeout
 	sigGate   = 512 // gate word: the last call of its own ring the lane started, or a fence (Gate)
 	sigBytes  = 576
-	ringCtrl  = 256 // ring control sector: producer word +0, consumer word +64, arm word +128
+	ringCtrl  = 256 // ring control sector: producer word +0, consumer word +64 (and room word +96), arm words +128 and +192
 	statBytes = 3 * line
 )
 

@@ -58,8 +58,20 @@ type Ring struct {
 func (r Ring) prodWord() *atomic.Uint32 { return shm.U32(r.ctrl, 0) }
 func (r Ring) consWord() *atomic.Uint32 { return shm.U32(r.ctrl, line) }
 
-// Completion returns the ring's completion doorbell (meaningful on the return ring).
+// roomWord is the producer's mark that it waits for room (WantRoom). It shares the consumer
+// word's cache line, which the consumer writes on every retire anyway: the consumer's load of
+// it after a retire costs no transfer of a line, and the producer writes it only when it is
+// about to park.
+func (r Ring) roomWord() *atomic.Uint32 { return shm.U32(r.ctrl, line+32) }
+
+// Completion returns the ring's completion doorbell (meaningful on the return ring): the one
+// a host's reaper sleeps on, through an eventfd.
 func (r Ring) Completion() Completion { return Completion{arm: shm.U32(r.ctrl, 2*line)} }
+
+// Direct returns the ring's second completion doorbell, a futex on its own arm word: the one
+// a caller waiting alone for its result sleeps on itself, woken by the lane without a
+// reaper, a netpoller or a second goroutine between them. The producer signals both.
+func (r Ring) Direct() Completion { return Completion{arm: shm.U32(r.ctrl, 3*line)} }
 
 func (r Ring) slot(i int) Slot {
 	stride := HeaderBytes + r.inline
@@ -120,6 +132,7 @@ type Producer struct {
 	r          Ring
 	slots      *slotTable
 	prod, cons *atomic.Uint32
+	room       *atomic.Uint32
 	local      uint32 // the producer word as this side last stored it
 	shadow     uint32 // cached consumer word; stale only ever makes a free slot look busy
 	reserved   uint32 // slots handed out by Reserve and not yet staged
@@ -132,7 +145,7 @@ type extent struct{ off, n int }
 
 // Producer returns the producing side of r, starting from the words' current values.
 func (r Ring) Producer() *Producer {
-	p := &Producer{r: r, slots: r.slotTable(), prod: r.prodWord(), cons: r.consWord()}
+	p := &Producer{r: r, slots: r.slotTable(), prod: r.prodWord(), cons: r.consWord(), room: r.roomWord()}
 	p.local = p.prod.Load()
 	p.shadow = p.cons.Load()
 	return p
@@ -319,6 +332,16 @@ func (p *Producer) Retired() uint32 {
 	return p.shadow
 }
 
+// WantRoom marks the producer as waiting for the consumer to retire slots (its ring or its
+// arena is full): a consumer that retires after the mark is set sees it (RoomWanted) and
+// rings the producer. A full barrier: the producer then reloads the consumer word
+// (Retired), and of the two (its mark and reload, the consumer's retire and look at the
+// mark) one always sees the other.
+func (p *Producer) WantRoom() { p.room.Swap(1) }
+
+// NoRoomWanted clears the mark once the producer has stopped waiting.
+func (p *Producer) NoRoomWanted() { p.room.Store(0) }
+
 // Pending reports how many slots are in flight as far as the producer knows.
 func (p *Producer) Pending() int { return bits.OnesCount32(p.local ^ p.shadow) }
 
@@ -333,13 +356,14 @@ type Consumer struct {
 	r          Ring
 	slots      *slotTable
 	prod, cons *atomic.Uint32
+	room       *atomic.Uint32
 	local      uint32
 	cursor     int // where the next batch starts: the slot after the last one taken
 }
 
 // Consumer returns the consuming side of r.
 func (r Ring) Consumer() *Consumer {
-	c := &Consumer{r: r, slots: r.slotTable(), prod: r.prodWord(), cons: r.consWord()}
+	c := &Consumer{r: r, slots: r.slotTable(), prod: r.prodWord(), cons: r.consWord(), room: r.roomWord()}
 	c.local = c.cons.Load()
 	return c
 }
@@ -428,6 +452,11 @@ func (c *Consumer) Retire(mask uint32) {
 	c.local ^= mask
 	c.cons.Swap(c.local) // a full barrier, as in Producer.Publish
 }
+
+// RoomWanted reports, after a Retire, whether the producer waits for room (WantRoom), and
+// clears its mark: the caller rings the producer. One load of a line the retire has just
+// written when it does not wait.
+func (c *Consumer) RoomWanted() bool { return c.room.Load() != 0 && c.room.Swap(0) != 0 }
 
 // Bitmap is the abort bitmap: one bit per cancellable in-flight call.
 type Bitmap struct {
