@@ -122,6 +122,13 @@ func TestDecideTable(t *testing.T) {
 			fail(3, 3, Restarting, 8*ms, ""), fail(4, 4, Restarting, 16*ms, ""), fail(5, 5, Restarting, 32*ms, ""),
 			fail(6, 6, Restarting, 64*ms, ""),
 		}},
+		// Issue 30: deaths a call caused are the call's (rule 1a), deaths at boot are the lane's.
+		{"deaths while running a call restart at once, uncounted", Policy{Backoff: noJitter}, callDeaths(10, false)},
+		{"CountCallDeaths counts them", Policy{Backoff: noJitter, CountCallDeaths: true}, callDeaths(8, true)},
+		{"a lane failing at boot 10 times backs off", Policy{Backoff: noJitter}, bootFailures(10)},
+		{"a call death of an incarnation that never became ready counts", Policy{Backoff: noJitter}, []step{
+			{at: 0, up: -1, end: End{Err: &lifecycle.Error{Code: lifecycle.CodeWorkerCrashed}, Running: true}, want: Restarting, delay: ms, reason: "restart 1 within 10s"},
+		}},
 		// The default: past 5 restarts in 10s the lane is in crash-loop backoff, its delay
 		// doubling past Max (2s) up to CrashLoopMax (1min).
 		{"crash loop by default", Policy{Backoff: noJitter}, crashLoopSteps()},
@@ -145,6 +152,33 @@ func TestDecideTable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { run(t, tc.pol, tc.steps) })
 	}
+}
+
+// callDeaths is n deaths, 1 ms apart, of incarnations that had become ready, each while it
+// ran a call: restarted at once and uncounted, or (counted) as crashLoopSteps.
+func callDeaths(n int, counted bool) []step {
+	var steps []step
+	for i, at := range fastFailures(n) {
+		st := step{at: at, up: at, end: End{Err: &lifecycle.Error{Code: lifecycle.CodeWorkerCrashed}, Running: true},
+			want: Restarting, reason: "died running a call"}
+		if counted {
+			want := crashLoopSteps()[i]
+			st.want, st.delay, st.reason = want.want, want.delay, ""
+		}
+		steps = append(steps, st)
+	}
+	return steps
+}
+
+// bootFailures is n failed starts in a row, 1 ms apart: the default backoff, then crash-loop
+// backoff past 5 restarts, as for crashes.
+func bootFailures(n int) []step {
+	steps := crashLoopSteps()[:n]
+	for i := range steps {
+		steps[i].up = -1
+		steps[i].end = End{Err: &lifecycle.Error{Code: lifecycle.CodeStartupFailed}}
+	}
+	return steps
 }
 
 func crashLoopSteps() []step {
