@@ -87,7 +87,7 @@ type Config struct {
 	Name string
 	// Lanes is the number of lanes, 1 to 1024 (default runtime.GOMAXPROCS(0)).
 	Lanes int
-	// Runtime is Goroutine (default) or Process.
+	// Runtime is Goroutine (default), Process or Remote.
 	Runtime Runtime
 	// Balancer picks a lane per call (default LeastLoaded).
 	Balancer Balancer
@@ -156,6 +156,8 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Process configures process lanes.
 	Process ProcessConfig
+	// Remote configures remote lanes (Runtime: Remote): the nodes they run on, and TLS.
+	Remote RemoteConfig
 	// Logger receives knit's logs and the output of process lanes; it decides their levels
 	// (process lanes log Debug entries if it takes them). Default: Info and above to stderr,
 	// plus Debug for the namespaces KNIT_DEBUG names (lifecycle, fastpath, steal,
@@ -201,6 +203,9 @@ type Config struct {
 	// test is how knit's own tests build a pool beyond what a Config says
 	// (export_test.go); the zero value is the pool everyone else gets.
 	test testBuild
+	// node: the pool is a node's, for one host's lanes (ServeNode): no supervision tree and
+	// no lane at the start; the node starts and stops lanes as the host asks (node.go).
+	node bool
 }
 
 // testBuild changes how a pool is built, for knit's own tests and benchmarks.
@@ -396,7 +401,7 @@ func (c Config) check() error {
 	case c.Lanes < 0 || c.Lanes > maxLanes:
 		return bad("Lanes", c.Lanes, fmt.Sprintf("want 1 to %d (0: GOMAXPROCS)", maxLanes))
 	case c.Runtime < 0 || int(c.Runtime) >= len(runtimes):
-		return bad("Runtime", int(c.Runtime), "unknown (Goroutine or Process)")
+		return bad("Runtime", int(c.Runtime), "unknown (Goroutine, Process or Remote)")
 	case c.Balancer < LeastLoaded || c.Balancer > FirstIdleOrRandom:
 		return bad("Balancer", int(c.Balancer), "unknown")
 	case c.Steal < StealAuto || c.Steal > StealLocal:

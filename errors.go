@@ -65,6 +65,12 @@ const (
 	CodeOutOfMemory Code = "WORKER_OUT_OF_MEMORY"
 	// CodeCPULimit: a lane process used up its CPU time (ProcessConfig.Limits.CPUTime).
 	CodeCPULimit Code = "WORKER_CPU_LIMIT"
+	// CodeNodeLost: a remote lane's node was lost (killed, unreachable, partitioned or
+	// frozen for Config.Liveness, or it dropped the host's lanes) while the lane held the
+	// call. A call that was sent to the node is in doubt — it may have run, or still run
+	// there until the node fences it — so it runs again only if its task is Idempotent
+	// (docs/remote.md).
+	CodeNodeLost Code = "NODE_LOST"
 )
 
 // Error is every failure knit reports: a Code, the lane and task involved, a message and
@@ -178,6 +184,7 @@ var (
 	ErrPoisonCall          = sentinel(CodePoisonCall)
 	ErrWorkerOutOfMemory   = sentinel(CodeOutOfMemory)
 	ErrWorkerCPULimit      = sentinel(CodeCPULimit)
+	ErrNodeLost            = sentinel(CodeNodeLost)
 )
 
 func sentinel(c Code) *Error { return &Error{Code: c, Lane: -1} }

@@ -55,6 +55,7 @@ func TestEnumsMatchTheirLayers(t *testing.T) {
 		CodeWorkerExited: lifecycle.CodeWorkerExited, CodeStartupFailed: lifecycle.CodeStartupFailed,
 		CodeUnresponsive: lifecycle.CodeWorkerUnresponsive, CodePoisonCall: lifecycle.CodePoisonCall,
 		CodeOutOfMemory: lifecycle.CodeWorkerOutOfMemory, CodeCPULimit: lifecycle.CodeWorkerCPULimit,
+		CodeNodeLost: lifecycle.CodeNodeLost,
 	}
 	for k, v := range codes {
 		if string(k) != string(v) {

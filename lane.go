@@ -751,8 +751,8 @@ func (l *lane) End() supervisor.End {
 	end := supervisor.End{Err: e, Normal: normal}
 	if e != nil {
 		switch e.Code {
-		case lifecycle.CodeThreadClosed, lifecycle.CodeStartupFailed, lifecycle.CodeWorkerUnresponsive:
-			// asked for, never started, or frozen: not a call's doing
+		case lifecycle.CodeThreadClosed, lifecycle.CodeStartupFailed, lifecycle.CodeWorkerUnresponsive, lifecycle.CodeNodeLost:
+			// asked for, never started, frozen, or its node lost: not a call's doing
 		default:
 			end.Running = l.diedRunning.Load()
 		}

@@ -554,7 +554,7 @@ func (t *taskAttrs) observe(ob metric.Observer, c metric.Int64ObservableCounter,
 // bound.
 var knownCodes = [...]Code{CodePoolClosed, CodeTimeout, CodeTaskPanic, CodeTaskError, CodePayloadTooLarge,
 	CodeOverloaded, CodeUnsupportedType, CodePoolUnavailable, CodeInvalidArgument, CodeUnknownTask, CodeCanceled, CodeThreadClosed,
-	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall, CodeOutOfMemory, CodeCPULimit}
+	CodeWorkerCrashed, CodeWorkerExited, CodeStartupFailed, CodeUnresponsive, CodePoisonCall, CodeOutOfMemory, CodeCPULimit, CodeNodeLost}
 
 const maxCodes = 64
 

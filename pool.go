@@ -201,12 +201,16 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	if p.runtime, err = rt.open(p); err != nil {
 		return nil, err
 	}
+	if cfg.node { // a node's pool for one host: lanes start as the host opens them (node.go)
+		return p, p.startNode()
+	}
 	if cfg.test.unsupervised {
 		for i := range cfg.Lanes {
 			w, err := host{p}.StartLane(i, 0)
 			if err != nil {
 				p.stopLanes()
 				_ = p.closeLimits()
+				p.closeRuntime()
 				return nil, err
 			}
 			w.Open()
@@ -214,6 +218,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 		if err := p.startObserving(); err != nil {
 			p.stopLanes()
 			_ = p.closeLimits()
+			p.closeRuntime()
 			return nil, err
 		}
 		started = true
@@ -230,6 +235,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 		p.closing.Store(true)
 		p.closeEvents()
 		_ = p.closeLimits()
+		p.closeRuntime()
 		return nil, err
 	}
 	p.tree = tree
@@ -716,6 +722,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			close(p.stopWatch)
 			<-p.watchDone
 		}
+		p.closeRuntime()
 		if p.shared != nil {
 			p.shared.close(&Error{Code: CodeThreadClosed, Lane: -1, Message: "pool closed"})
 			p.shared.release()

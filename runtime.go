@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/remote"
 )
 
 // Runtime says what a lane is.
@@ -13,6 +14,7 @@ type Runtime int
 const (
 	Goroutine Runtime = iota // a goroutine in the host process (default)
 	Process                  // a child OS process of the same binary, or Config.Process.Command
+	Remote                   // a lane on another machine's node (ServeNode), Config.Remote; docs/remote.md
 )
 
 // runtimes is where a pool picks the implementation of its Runtime: what its lanes can do
@@ -24,6 +26,7 @@ var runtimes = [...]struct {
 }{
 	Goroutine: {lifecycle.Goroutines{}.Caps(), (*Pool).openGoroutines},
 	Process:   {(*lifecycle.Processes)(nil).Caps(), (*Pool).openProcesses},
+	Remote:    {(*remote.Nodes)(nil).Caps(), (*Pool).openRemote},
 }
 
 // openGoroutines readies a pool of goroutine lanes.
@@ -42,6 +45,8 @@ func (r Runtime) String() string {
 		return "goroutine"
 	case Process:
 		return "process"
+	case Remote:
+		return "remote"
 	}
 	return fmt.Sprintf("Runtime(%d)", int(r))
 }
@@ -56,6 +61,8 @@ func (r *Runtime) UnmarshalText(b []byte) error {
 		*r = Goroutine
 	case "process":
 		*r = Process
+	case "remote":
+		*r = Remote
 	default:
 		return fmt.Errorf("knit: unknown runtime %q", b)
 	}

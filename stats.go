@@ -17,6 +17,7 @@ type LaneStats struct {
 	Completed   uint64 // by its current incarnation
 	Failed      uint64 // by its current incarnation
 	PID         int    // the lane's process (process lanes)
+	Node        string // the node the lane runs on (remote lanes: its address, as in RemoteConfig.Nodes)
 	// Across the slot's incarnations (Restarts is, too): calls completed and failed by all
 	// of them, and how many crashed (ended with a crash code: not a stop, an exit or a
 	// failed start).
@@ -93,6 +94,7 @@ func (p *Pool) Stats() Stats {
 				ls.Holding = sh.prod.Held(l.cid)
 			}
 			ls.Completed, ls.Failed, ls.PID = st.Completed, st.Failed, l.Run().PID()
+			ls.Node = nodeOf(l.Run())
 		}
 		p.totalsOf(i, &ls)
 		s.Lanes = append(s.Lanes, ls)

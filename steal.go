@@ -61,7 +61,7 @@ const ticketWidth = 8
 // autoSteals says, by runtime, whether StealAuto steals (in pools of 2 to 31 lanes with the
 // default balancer and no sandbox): goroutine lanes with StealLocal, process lanes with
 // StealTicket (docs/stealing.md, "The default").
-var autoSteals = [...]bool{Goroutine: true, Process: false}
+var autoSteals = [...]bool{Goroutine: true, Process: false, Remote: false}
 
 // stealMode is the discipline a pool of cfg steals with, or StealOff and why not.
 func stealMode(cfg Config, caps lifecycle.Caps) (Steal, string) {
@@ -93,6 +93,9 @@ func checkSteal(cfg Config, caps lifecycle.Caps) error {
 	case cfg.Steal == StealLocal && !caps.LocalSteal:
 		return &Error{Code: CodeInvalidArgument, Lane: -1,
 			Message: "StealLocal is for goroutine lanes (process lanes share a submit ring: StealTicket or StealDekker)"}
+	case (cfg.Steal == StealTicket || cfg.Steal == StealDekker) && caps.Networked:
+		return &Error{Code: CodeInvalidArgument, Lane: -1,
+			Message: "work stealing shares a submit ring in memory: remote lanes have none (StealOff)"}
 	case cfg.Steal == StealDekker && (cfg.MaxCallsPerLane > 0 || cfg.Process.MaxLaneMemory > 0):
 		return &Error{Code: CodeInvalidArgument, Lane: -1,
 			Message: "StealDekker does not recycle lanes (its regions are sized for the lanes it starts with): use StealTicket"}

@@ -38,6 +38,10 @@ const (
 	// CodeWorkerCPULimit: a lane process used up its CPU-time limit
 	// (ProcessConfig.Limits.CPUTime) and the kernel ended it.
 	CodeWorkerCPULimit Code = "WORKER_CPU_LIMIT"
+	// CodeNodeLost: a remote lane's node was lost — killed, unreachable, partitioned or
+	// frozen past the liveness timeout, or it dropped the host's lanes — with the lane's
+	// calls on it in doubt.
+	CodeNodeLost Code = "NODE_LOST"
 )
 
 // Error is a failure as the layers below the root report it: lane ends, startup failures,
@@ -113,6 +117,7 @@ var (
 	ErrPoisonCall      = sentinel(CodePoisonCall)
 	ErrOutOfMemory     = sentinel(CodeWorkerOutOfMemory)
 	ErrCPULimit        = sentinel(CodeWorkerCPULimit)
+	ErrNodeLost        = sentinel(CodeNodeLost)
 )
 
 func sentinel(c Code) *Error { return &Error{Code: c, Lane: -1} }

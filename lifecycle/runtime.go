@@ -43,6 +43,10 @@ type Caps struct {
 	Confined bool
 	// LocalSteal: lanes can take calls from one another's queues in the host's memory.
 	LocalSteal bool
+	// Networked: lanes run on other machines (Remote too): they share no memory with the
+	// host or with each other, so no shared submit ring; a node's own settings, not the
+	// pool's process settings, confine them.
+	Networked bool
 }
 
 // ProcessSpin is how long a process lane, and a caller of one, poll before they park.

@@ -43,6 +43,7 @@ const (
 	Supervisor = "supervisor"
 	Codec      = "codec"
 	Lane       = "lane"
+	Remote     = "remote"
 )
 
 // Root is the name of knit's root logger; a namespace logger is Root + "." + namespace.
@@ -61,6 +62,7 @@ const (
 	nsSupervisor
 	nsCodec
 	nsLane
+	nsRemote
 	nsAll // "*": every namespace, and Debug entries of loggers outside any namespace
 )
 
@@ -69,7 +71,7 @@ var nsNames = [...]struct {
 	bit  Namespaces
 }{
 	{Lifecycle, nsLifecycle}, {Fastpath, nsFastpath}, {Steal, nsSteal},
-	{Supervisor, nsSupervisor}, {Codec, nsCodec}, {Lane, nsLane},
+	{Supervisor, nsSupervisor}, {Codec, nsCodec}, {Lane, nsLane}, {Remote, nsRemote},
 }
 
 // ParseDebug parses a KNIT_DEBUG value: namespace names separated by commas and/or white

@@ -1,0 +1,542 @@
+package knit
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/logging"
+	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/remote"
+)
+
+// NodeConfig configures a node (ServeNode).
+type NodeConfig struct {
+	// Addr is where the node listens, host:port (":7400": every interface; port 0: a free
+	// one, which Ready reports). Hosts list the address they reach it at in
+	// RemoteConfig.Nodes.
+	Addr string
+	// TLS, if set, makes every connection mutual TLS: hosts must present a certificate
+	// that TLS.ClientCAs (or RootCAs) verifies, or they are refused; the node presents
+	// TLS.Certificates and verifies the hosts' against RootCAs when it sends them results.
+	// Nil: plaintext, for a trusted network only (docs/remote.md, "TLS").
+	TLS *tls.Config
+	// MaxLanes bounds the lanes the node runs for all its hosts together (default 64, at
+	// most 4096): an Open beyond it fails that lane's start.
+	MaxLanes int
+	// Process configures the node's lane processes, as Config.Process does a pool's
+	// (Command, Prefix, Env, Spares, Limits, Sandbox, SharedMemory); MaxLaneMemory is not
+	// used. The hosts' own process settings do not reach the node.
+	Process ProcessConfig
+	// StopAckTimeout, KillGrace and StartupTimeout are Config's, for the node's lanes
+	// (zero: Config's defaults). Liveness is its watchdog of frozen lane processes (not the
+	// host's heartbeat, which the host's Config.Liveness sets; negative: off).
+	StopAckTimeout, KillGrace, StartupTimeout, Liveness time.Duration
+	// LaneSpin and CallerSpin are Config's, for the node's lanes.
+	LaneSpin, CallerSpin time.Duration
+	// Logger receives the node's logs, and its lanes' output (default: as Config.Logger).
+	Logger *zap.Logger
+	// Ready, if set, is called once the node listens, with its address (the port it got,
+	// for port 0).
+	Ready func(addr string)
+}
+
+// Node bounds.
+const (
+	defaultNodeLanes = 64
+	maxNodeLanes     = 4096
+	// maxNodeArena bounds the arena a host may ask a node to map per lane and direction.
+	maxNodeArena = 64 << 20
+)
+
+// ServeNode runs a node: an agent that hosts lanes for pools on other machines (their
+// Config.Runtime is Remote and their RemoteConfig.Nodes list this node), each a process
+// lane of this binary, with the shared-memory fast path between the agent and the lane. It
+// must run in the application's own binary, after Main, which serves those lanes; the
+// binary defines the tasks, and a host's tasks must be defined here with the same types
+// (their fingerprints are compared before a lane serves).
+//
+// It returns when ctx ends, after killing every lane it runs (their hosts count their calls
+// as in doubt: NODE_LOST), or at once with an error when it cannot listen. A host that goes
+// silent for its Liveness loses its lanes here too (they are killed: fencing).
+// docs/remote.md has the deployment, TLS and the guarantees.
+func ServeNode(ctx context.Context, cfg NodeConfig) error {
+	bad := func(msg string) error { return &Error{Code: CodeInvalidArgument, Lane: -1, Message: msg} }
+	switch {
+	case lifecycle.IsLane():
+		return bad("ServeNode called inside a knit lane process (call knit.Main first in main)")
+	case ctx == nil:
+		return bad("ServeNode: nil context")
+	case cfg.Addr == "":
+		return bad("NodeConfig.Addr: empty")
+	case cfg.MaxLanes < 0 || cfg.MaxLanes > maxNodeLanes:
+		return bad(fmt.Sprintf("NodeConfig.MaxLanes %d: want 0 to %d (0: %d)", cfg.MaxLanes, maxNodeLanes, defaultNodeLanes))
+	}
+	if cfg.MaxLanes == 0 {
+		cfg.MaxLanes = defaultNodeLanes
+	}
+	// The node's settings, checked as a pool's would be.
+	if err := cfg.poolConfig(&remote.Open{Lanes: 1}).check(); err != nil {
+		return err
+	}
+	n := &node{cfg: cfg, root: logging.New(cfg.Logger, logging.DebugFromEnv()).With(zap.String("node", cfg.Addr))}
+	a, err := remote.StartAgent(remote.AgentConfig{Listen: cfg.Addr, TLS: cfg.TLS, Log: n.root.Named(logging.Remote),
+		NewSession: n.session, MaxLanes: cfg.MaxLanes})
+	if err != nil {
+		return &Error{Code: CodePoolUnavailable, Lane: -1, Message: "ServeNode", Cause: err}
+	}
+	host, _, _ := net.SplitHostPort(cfg.Addr)
+	addr := net.JoinHostPort(host, strconv.Itoa(a.Port()))
+	n.root.Info("node serving", zap.String("addr", addr), zap.Bool("tls", cfg.TLS != nil), zap.Int("max_lanes", cfg.MaxLanes))
+	if cfg.Ready != nil {
+		cfg.Ready(addr)
+	}
+	<-ctx.Done()
+	a.Close()
+	n.root.Info("node stopped", zap.String("addr", addr))
+	return nil
+}
+
+// node is a running ServeNode.
+type node struct {
+	cfg  NodeConfig
+	root *zap.Logger
+}
+
+// poolConfig is the Config of the node's pool for one host session.
+func (c NodeConfig) poolConfig(o *remote.Open) Config {
+	cfg := Config{
+		Lanes: int(o.Lanes), Runtime: Process, Steal: StealOff,
+		// The host keeps at most a ring's worth of calls on the lane: its backlog here
+		// never fills.
+		Backlog:        2 * fastpath.Slots,
+		StopAckTimeout: c.StopAckTimeout, KillGrace: c.KillGrace, StartupTimeout: c.StartupTimeout,
+		Liveness: c.Liveness, LaneSpin: c.LaneSpin, CallerSpin: c.CallerSpin,
+		Payload:          Payload{Inline: int(o.Inline), Arena: int(o.Arena), MaxCall: int(o.MaxCall)},
+		PanicCrashesLane: o.Flags&remote.OpenPanicCrash != 0,
+		Process:          c.Process, Logger: c.Logger, node: true,
+	}
+	cfg.Process.MaxLaneMemory = 0 // the host recycles its lanes, not the node
+	if o.Flags&remote.OpenCarry != 0 {
+		// Inputs open with the host's carried context fields: the lanes must read them.
+		cfg.Propagator = propagation.NewCompositeTextMapPropagator()
+	}
+	return cfg
+}
+
+// session checks a host's handshake — its tasks against this binary's, its settings
+// against the node's bounds — and starts the pool that runs its lanes here.
+func (n *node) session(o *remote.Open) (remote.LaneHost, error) {
+	var wrong []string
+	raws := map[uint32]*rawDef{}
+	defs := make([]Definition, 0, len(o.Tasks))
+	for _, t := range o.Tasks {
+		d, ok := actors.Lookup(t.Name)
+		switch {
+		case !ok:
+			wrong = append(wrong, fmt.Sprintf("task %q is not defined in the node's binary", t.Name))
+			continue
+		case d.Fingerprint() != t.Fingerprint:
+			wrong = append(wrong, fmt.Sprintf("task %q has other types on the node (fingerprint %x, the host's %x)", t.Name, d.Fingerprint(), t.Fingerprint))
+			continue
+		case raws[t.Index] != nil:
+			wrong = append(wrong, fmt.Sprintf("function index %d names two tasks", t.Index))
+			continue
+		}
+		rd := &rawDef{real: d}
+		raws[t.Index] = rd
+		defs = append(defs, rd)
+	}
+	switch {
+	case len(wrong) > 0:
+		return nil, fmt.Errorf("the node's binary does not match the host's: %s", strings.Join(wrong, "; "))
+	case len(defs) == 0:
+		return nil, errors.New("the host sent no tasks")
+	case o.Lanes == 0 || o.Lanes > maxLanes:
+		return nil, fmt.Errorf("a pool of %d lanes", o.Lanes)
+	case o.Arena > maxNodeArena:
+		return nil, fmt.Errorf("an arena of %d bytes per lane: the node maps at most %d", o.Arena, maxNodeArena)
+	case o.MaxCall == 0 || o.MaxCall > remote.MaxPayload:
+		return nil, fmt.Errorf("a call limit of %d bytes", o.MaxCall)
+	}
+	cfg := n.cfg.poolConfig(o)
+	cfg.Name = "knit-node-" + o.Reply
+	p, err := newPool(cfg, defs...)
+	if err != nil {
+		if p != nil {
+			_ = p.Close(context.Background())
+		}
+		return nil, err
+	}
+	return &nodeHost{n: n, p: p, raws: raws, lanes: map[*nodeLane]struct{}{}}, nil
+}
+
+// startNode finishes a node pool's start (newPool): it observes, keeps spares and watches
+// its lanes; the host starts them.
+func (p *Pool) startNode() error {
+	if err := p.startObserving(); err != nil {
+		_ = p.closeLimits()
+		return err
+	}
+	p.up.Store(true) // starts take spares
+	p.spares.Refill()
+	if p.cfg.Liveness > 0 {
+		p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
+		go p.watchdog(p.stopWatch, p.watchDone)
+	}
+	return nil
+}
+
+// nodeHost runs one host session's lanes: a pool of process lanes with no supervision tree
+// (the host's supervisor decides every lane's fate) whose calls are the host's, carried as
+// bytes (rawDef).
+type nodeHost struct {
+	n    *node
+	p    *Pool
+	raws map[uint32]*rawDef // by the host's function index
+
+	mu       sync.Mutex
+	lanes    map[*nodeLane]struct{}
+	closed   bool
+	starting sync.WaitGroup
+}
+
+// StartLane implements remote.LaneHost.
+func (h *nodeHost) StartLane(idx, inc int, out remote.LaneOut) (remote.NodeLane, error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, errors.New("the host's session is ending")
+	}
+	h.starting.Add(1)
+	h.mu.Unlock()
+	defer h.starting.Done()
+	if idx < 0 || idx >= h.p.laneCount() {
+		return nil, fmt.Errorf("lane %d of a pool of %d", idx, h.p.laneCount())
+	}
+	w, err := host{h.p}.StartLane(idx, inc)
+	if err != nil {
+		return nil, fmt.Errorf("%v", errorOf(err))
+	}
+	l := w.(*lane)
+	nl := &nodeLane{h: h, l: l, out: out, bySeq: map[uint64]*rawRec{}, reported: make(chan struct{})}
+	l.needReaper() // the host waits for every result: the reaper drains without a caller asking
+	l.Open()
+	h.mu.Lock()
+	closed := h.closed
+	if !closed {
+		h.lanes[nl] = struct{}{}
+	}
+	h.mu.Unlock()
+	if closed {
+		l.Kill(lifecycle.Exit{})
+		<-l.Ended()
+		return nil, errors.New("the host's session is ending")
+	}
+	go nl.watch()
+	return nl, nil
+}
+
+// Close implements remote.LaneHost: every lane is killed at once and its end reported, and
+// the pool closes.
+func (h *nodeHost) Close() {
+	h.mu.Lock()
+	h.closed = true
+	lanes := make([]*nodeLane, 0, len(h.lanes))
+	for nl := range h.lanes {
+		lanes = append(lanes, nl)
+	}
+	h.mu.Unlock()
+	h.starting.Wait()
+	for _, nl := range lanes {
+		nl.l.Kill(lifecycle.Exit{})
+	}
+	for _, nl := range lanes {
+		<-nl.reported
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // nothing is left to wait for
+	_ = h.p.Close(ctx)
+}
+
+// A nodeLane is one of the host's lanes on this node: a process lane of the node's pool.
+type nodeLane struct {
+	h   *nodeHost
+	l   *lane
+	out remote.LaneOut
+
+	mu       sync.Mutex
+	bySeq    map[uint64]*rawRec // the calls it holds, by the host's sequence number
+	done     uint64             // the highest host sequence number it answered
+	started  uint64             // at its end: the highest one it had started
+	busy     bool               // at its end: a call was running
+	reported chan struct{}
+}
+
+// neverDone gives every call an abort bit (a call with no Done channel gets none), which
+// Cancel raises; it never closes, so no call leaves the backlog unanswered.
+var neverDone = make(chan struct{})
+
+// Submit implements remote.NodeLane.
+func (nl *nodeLane) Submit(c remote.Call) error {
+	rd := nl.h.raws[c.Fn]
+	if rd == nil {
+		// A function the handshake did not name: the call fails, the lane is sound.
+		nl.out.Result(&remote.Result{Seq: c.Seq, Outcome: uint32(actors.BadInput),
+			Payload: actors.EncodeWireError(nil, actors.CodeUnsupportedType, fmt.Sprintf("function %d is not served here", c.Fn))})
+		return nil
+	}
+	r := rd.alloc(nl, c.Seq)
+	call := actors.Call{Def: rd, ID: r.id, Gen: r.gen.Load(), Lane: &r.lane, Abort: &r.abort, Seq: &r.seq,
+		Payload: c.Payload, Done: neverDone}
+	switch {
+	case c.Timeout > 0:
+		call.Deadline = time.Now().Add(c.Timeout).UnixNano()
+	case c.Timeout < 0: // none left: the task starts with its context ended
+		call.Deadline = time.Now().UnixNano()
+	}
+	nl.mu.Lock()
+	nl.bySeq[c.Seq] = r
+	nl.mu.Unlock()
+	if _, err := nl.l.ring.Submit(&call); err != nil {
+		nl.mu.Lock()
+		delete(nl.bySeq, c.Seq)
+		nl.mu.Unlock()
+		rd.release(r)
+		return err // the lane has ended: its report says the call had not started
+	}
+	if hard := rd.real.Options().HardTimeout; hard > 0 {
+		nl.watchHard(rd, r, r.gen.Load(), hard)
+	}
+	return nil
+}
+
+// watchHard kills the lane once call r has run on it for its task's HardTimeout, measured
+// from when the lane started it, as a pool's own hard timeouts are (watchHard in call.go).
+func (nl *nodeLane) watchHard(rd *rawDef, r *rawRec, gen uint32, hard time.Duration) {
+	var look func()
+	look = func() {
+		if r.gen.Load() != gen || r.lane.Load() != nl.l.key {
+			return // answered, or its lane has ended
+		}
+		word, ok := nl.l.running()
+		seq := r.seq.Load()
+		switch {
+		case !ok:
+			return
+		case seq == 0 || fastpath.Started(word) < seq:
+			time.AfterFunc(hard, look) // not started yet
+			return
+		case fastpath.Started(word) > seq || !fastpath.Busy(word):
+			return // finished: its result is on the way
+		}
+		since, ok := nl.l.since()
+		if !ok {
+			return
+		}
+		if wait := time.Until(since.Add(hard)); wait > 0 {
+			time.AfterFunc(wait, look)
+			return
+		}
+		nl.l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", rd.Name(), hard)})
+	}
+	time.AfterFunc(hard, look)
+}
+
+// Cancel implements remote.NodeLane: the call's abort bit is raised.
+func (nl *nodeLane) Cancel(seq uint64) {
+	nl.mu.Lock()
+	r := nl.bySeq[seq]
+	nl.mu.Unlock()
+	if r != nil {
+		nl.l.raiseAbort(r.abort.Load(), r.def.Index(), r.id)
+	}
+}
+
+// Stop implements remote.NodeLane.
+func (nl *nodeLane) Stop(kill bool, reason string) {
+	if kill {
+		nl.l.Debug("killed at the host's request", zap.String("reason", reason))
+		nl.l.Kill(lifecycle.Exit{})
+		return
+	}
+	go nl.l.Stop()
+}
+
+// PID implements remote.NodeLane.
+func (nl *nodeLane) PID() int { return nl.l.PID() }
+
+// result hands the host a call's result (its payload in shared memory: Result copies it).
+func (nl *nodeLane) result(seq uint64, o actors.Outcome, ran uint64, payload []byte) {
+	nl.mu.Lock()
+	delete(nl.bySeq, seq)
+	nl.done = max(nl.done, seq)
+	nl.mu.Unlock()
+	nl.out.Result(&remote.Result{Seq: seq, Outcome: uint32(o), Ran: ran, Payload: payload})
+}
+
+// lost notes a call the lane held when it ended.
+func (nl *nodeLane) lost(seq uint64, started bool) {
+	nl.mu.Lock()
+	delete(nl.bySeq, seq)
+	if started {
+		nl.started, nl.busy = max(nl.started, seq), true
+	}
+	nl.mu.Unlock()
+}
+
+// watch reports the lane's end once its calls are settled: how it ended, and which of the
+// host's calls had started (every one up to Started had: the lane runs them in order).
+func (nl *nodeLane) watch() {
+	defer close(nl.reported)
+	<-nl.l.Ended()
+	e, normal := nl.l.Outcome()
+	nl.mu.Lock()
+	end := remote.Ended{Code: string(e.Code), Message: e.Message, Normal: normal,
+		Started: max(nl.started, nl.done), Busy: nl.busy}
+	nl.mu.Unlock()
+	var rep *lifecycle.LaneReport
+	if errors.As(e.Cause, &rep) {
+		if rep.Failure != "" {
+			end.Stack = append(end.Stack, rep.Failure)
+		}
+		end.Stack, end.Tail = append(end.Stack, rep.Stack...), rep.Tail
+	}
+	nl.h.mu.Lock()
+	delete(nl.h.lanes, nl)
+	nl.h.mu.Unlock()
+	nl.out.Ended(&end)
+}
+
+// rawDef is a host's task on a node: its calls come and go as the host's encoded bytes,
+// which the lane process decodes and encodes with the task's own codecs (it looks the task
+// up by name, as any lane does); the node never decodes a value. It stands in for the task
+// in the node's pool (an actors.Def, and a Definition for NewPool) and keeps the calls'
+// records, which tell each result and each lane end which host call it was.
+type rawDef struct {
+	real actors.Def
+
+	mu   sync.Mutex
+	recs []*rawRec
+	free []uint32
+}
+
+type rawRec struct {
+	def     *rawDef
+	id      uint32
+	gen     atomic.Uint32
+	lane    atomic.Int32 // the lane holding the call (its key), -1: none
+	abort   atomic.Int32
+	seq     atomic.Uint64 // its sequence number on the node's lane
+	owner   *nodeLane
+	hostSeq uint64
+}
+
+func (d *rawDef) actorsDef() actors.Def { return d }
+
+func (d *rawDef) alloc(owner *nodeLane, hostSeq uint64) *rawRec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var r *rawRec
+	if n := len(d.free); n > 0 {
+		r = d.recs[d.free[n-1]]
+		d.free = d.free[:n-1]
+	} else {
+		r = &rawRec{def: d, id: uint32(len(d.recs))}
+		d.recs = append(d.recs, r)
+	}
+	r.gen.Add(1)
+	r.lane.Store(-1)
+	r.abort.Store(-1)
+	r.seq.Store(0)
+	r.owner, r.hostSeq = owner, hostSeq
+	return r
+}
+
+func (d *rawDef) release(r *rawRec) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r.lane.Store(-1)
+	r.owner = nil
+	d.free = append(d.free, r.id)
+}
+
+// held is record id of generation gen, if lane holds it.
+func (d *rawDef) held(lane int32, id, gen uint32) *rawRec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if int(id) >= len(d.recs) {
+		return nil
+	}
+	if r := d.recs[id]; r.gen.Load() == gen && r.lane.Load() == lane && r.owner != nil {
+		return r
+	}
+	return nil
+}
+
+func (d *rawDef) Name() string             { return d.real.Name() }
+func (d *rawDef) Index() uint32            { return d.real.Index() }
+func (d *rawDef) Fingerprint() uint64      { return d.real.Fingerprint() }
+func (d *rawDef) Options() *actors.Options { return d.real.Options() }
+func (d *rawDef) Codecs() (in, out string) { return "bytes (the host's)", "bytes (the host's)" }
+
+// RunLocal, RunEncoded and PanicOf are never called: a node's lanes are processes, which run
+// the task itself.
+func (d *rawDef) RunLocal(uint32, uint32) actors.Outcome { return actors.Stale }
+func (d *rawDef) RunEncoded(_ context.Context, _ []byte, dst []byte) ([]byte, actors.Outcome) {
+	return actors.EncodeWireError(dst, actors.CodeUnsupportedType, "not run on the node's host side"), actors.BadInput
+}
+func (d *rawDef) PanicOf(uint32) error { return errors.New("no panic on the node's host side") }
+
+// SettleResult implements actors.Def: the result goes to the host as it is.
+func (d *rawDef) SettleResult(_ uint64, lane int32, id, gen uint32, o actors.Outcome, payload []byte, _ bool, ran uint64, _ actors.Wrapper) error {
+	r := d.held(lane, id, gen)
+	if r == nil {
+		return fmt.Errorf("result for call %d/%d of task %q, which this lane does not hold", id, gen, d.Name())
+	}
+	nl, seq := r.owner, r.hostSeq
+	d.release(r)
+	nl.result(seq, o, ran, payload)
+	return nil
+}
+
+// FailLane implements actors.Def: each call the ended lane held is noted, started or not,
+// for its end report; none runs again here (the host decides).
+func (d *rawDef) FailLane(e actors.LaneEnd) int {
+	d.mu.Lock()
+	var held []*rawRec
+	for _, r := range d.recs {
+		if r.owner != nil && r.lane.Load() == e.Lane {
+			held = append(held, r)
+		}
+	}
+	d.mu.Unlock()
+	for _, r := range held {
+		seq := r.seq.Load()
+		nl, hostSeq := r.owner, r.hostSeq
+		d.release(r)
+		nl.lost(hostSeq, seq != 0 && seq <= e.Started)
+	}
+	return len(held)
+}
+
+// Drop implements actors.Def (never called: no call's Done ever closes).
+func (d *rawDef) Drop(lane int32, id, gen uint32) bool {
+	if r := d.held(lane, id, gen); r != nil {
+		d.release(r)
+		return true
+	}
+	return false
+}

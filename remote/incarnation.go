@@ -1,0 +1,592 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/knitgo/knit/actors"
+	"github.com/knitgo/knit/fastpath"
+	"github.com/knitgo/knit/internal/latency"
+	"github.com/knitgo/knit/lifecycle"
+)
+
+// An incarnation is one start of a remote lane, as its host sees it: a region in the host's
+// heap and the forwarder goroutine (run) at its far end, which is the only consumer of its
+// request ring and the only producer of its return ring, as a lane's executor is.
+//
+// Flow control is the lane's own: the forwarder keeps at most fastpath.Slots calls on the
+// node or waiting for a return slot; the calls beyond wait in the request ring and the
+// lane's backlog, as they do for any lane.
+type incarnation struct {
+	n        *Nodes
+	k        *link
+	idx, inc int
+	session  Session
+
+	region   *fastpath.Region
+	laneBell *fastpath.ChanBell
+	doneBell *fastpath.ChanBell
+	wake     *fastpath.Wake
+	req      *fastpath.Consumer
+	ret      *fastpath.Producer
+	aborts   fastpath.Bitmap
+	launch   lifecycle.Launch
+	ready    chan struct{}
+	readyNow atomic.Bool
+
+	// The inbox: what the endpoint's actor, the link and the pool hand the forwarder.
+	mu      sync.Mutex
+	frames  []Frame // Ready, Failed, Results, Ended frames of this incarnation, in order
+	lostWhy string  // the node was lost
+	killWhy string  // end now: the host gave up on the lane (startup timeout, SIGKILL step)
+	hardWhy string  // kill on the node: a hard timeout; the end comes with the node's report
+	term    bool    // the stop protocol's SIGTERM step: kill on the node
+	posted  atomic.Bool
+	kicked  chan struct{} // closed by kill: a connection attempt gives up
+	kickOne sync.Once
+
+	// The forwarder's own state.
+	out       [2 * fastpath.Slots]sent // by sequence number mod 64: the calls on the node
+	nOut      int
+	lastSent  uint64
+	results   []Result // received, waiting for a return slot
+	ready2    bool     // the node reported ready
+	stopSent  bool
+	killSent  bool
+	acked     bool
+	abortSeen atomic.Uint32 // the region's abort counter when the forwarder last looked
+	abortFlag atomic.Bool   // the link saw the abort counter move
+}
+
+// sent is a call the forwarder has sent and not had the result of.
+type sent struct {
+	seq           uint64
+	fn, id, gen   uint32
+	abort         uint32 // the slot's abort field: bit+1, 0 for none
+	live, cancels bool
+}
+
+func (c *incarnation) Region() *fastpath.Region { return c.region }
+func (c *incarnation) LaneBell() fastpath.Bell  { return c.laneBell }
+func (c *incarnation) DoneBell() fastpath.Bell  { return c.doneBell }
+func (c *incarnation) Remote() bool             { return true }
+func (c *incarnation) Ready() <-chan struct{}   { return c.ready }
+func (c *incarnation) Poll()                    {}
+func (c *incarnation) PID() int                 { return 0 }
+func (c *incarnation) Close()                   {}
+
+// Node is the address of the node the incarnation runs on.
+func (c *incarnation) Node() string { return c.k.addr }
+
+func (c *incarnation) isReady() bool { return c.readyNow.Load() }
+
+// Start implements lifecycle.Incarnation: the forwarder connects to the node, opens the
+// lane there and serves it.
+func (c *incarnation) Start(l lifecycle.Launch) error {
+	c.launch = l
+	go c.run()
+	return nil
+}
+
+// AwaitReady implements lifecycle.Incarnation.
+func (c *incarnation) AwaitReady(ended <-chan struct{}) bool {
+	t := time.NewTimer(c.n.cfg.StartupTimeout)
+	defer t.Stop()
+	select {
+	case <-c.ready:
+		return true
+	case <-ended:
+	case <-t.C:
+		c.Kill(lifecycle.Exit{Startup: c.n.cfg.StartupTimeout})
+		<-ended
+	}
+	return false
+}
+
+// Signal implements lifecycle.Incarnation: the stop protocol's SIGTERM has the node kill
+// the lane; its SIGKILL gives up on the node and ends the lane here at once.
+func (c *incarnation) Signal() func(sig syscall.Signal) {
+	return func(sig syscall.Signal) {
+		if sig == syscall.SIGKILL {
+			c.Kill(lifecycle.Exit{Stopping: true})
+			return
+		}
+		c.mu.Lock()
+		c.term = true
+		c.mu.Unlock()
+		c.notify()
+	}
+}
+
+// Kill implements lifecycle.Incarnation. A hard timeout is the node's to carry out: the
+// lane ends when the node reports how (its calls' fates depend on what had started). Every
+// other kill ends the lane here at once, and the node is told to kill it.
+func (c *incarnation) Kill(why lifecycle.Exit) bool {
+	c.mu.Lock()
+	switch {
+	case why.HardTimeout != "":
+		if c.hardWhy == "" {
+			c.hardWhy = why.HardTimeout
+		}
+	case why.Startup > 0:
+		c.killWhy = fmt.Sprintf("not ready within the startup timeout of %v", why.Startup)
+	case why.Unresponsive != "":
+		c.killWhy = "unresponsive: " + why.Unresponsive
+	case why.Corrupt != nil:
+		c.killWhy = "corrupt ring: " + why.Corrupt.Error()
+	default:
+		c.killWhy = "killed by the host"
+	}
+	c.mu.Unlock()
+	c.kickOne.Do(func() { close(c.kicked) })
+	c.notify()
+	return true
+}
+
+// post hands the forwarder a frame of its incarnation.
+func (c *incarnation) post(f Frame) {
+	c.mu.Lock()
+	c.frames = append(c.frames, f)
+	c.mu.Unlock()
+	c.notify()
+}
+
+// lost tells the forwarder the node is lost.
+func (c *incarnation) lost(why string) {
+	c.mu.Lock()
+	if c.lostWhy == "" {
+		c.lostWhy = why
+	}
+	c.mu.Unlock()
+	c.kickOne.Do(func() { close(c.kicked) })
+	c.notify()
+}
+
+// checkAborts wakes the forwarder if a call's abort bit was raised since it last looked
+// (the link's heartbeat calls it: an abort raised while the lane sleeps rings nothing).
+func (c *incarnation) checkAborts() {
+	if c.region.AbortWake().Load() != c.abortSeen.Load() {
+		c.abortFlag.Store(true)
+		c.notify()
+	}
+}
+
+func (c *incarnation) notify() {
+	c.posted.Store(true)
+	c.wake.Force(c.laneBell)
+}
+
+// work reports whether the forwarder has something to do (Park's ready).
+func (c *incarnation) work() bool {
+	if c.posted.Load() || c.abortFlag.Load() {
+		return true
+	}
+	if !c.ready2 {
+		return false
+	}
+	if c.req.Poll() != 0 && c.room() > 0 {
+		return true
+	}
+	return !c.acked && c.region.Stop().Load() == fastpath.StopRequested && c.nOut == 0
+}
+
+// room is how many more calls the forwarder may send: a ring's worth are on the node or
+// wait for a return slot at most. (Results published and not drained yet do not count:
+// nobody rings the forwarder when the pool drains them. A result that finds the return
+// ring full waits, and the forwarder polls for room, as a lane's executor does.)
+func (c *incarnation) room() int { return fastpath.Slots - c.nOut }
+
+// end is how the incarnation ended: its error, and what had started on the node.
+type end struct {
+	err     *lifecycle.Error
+	normal  bool
+	started uint64
+	busy    bool
+}
+
+// run is the forwarder.
+func (c *incarnation) run() {
+	e := c.serve()
+	c.finish(e)
+}
+
+func (c *incarnation) fail(code lifecycle.Code, format string, args ...any) *end {
+	return &end{err: &lifecycle.Error{Code: code, Lane: c.idx, Message: fmt.Sprintf(format, args...)},
+		started: c.lastSent, busy: c.nOut > 0}
+}
+
+// serve connects, opens the lane on its node and forwards until the incarnation ends.
+func (c *incarnation) serve() *end {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-c.kicked
+		cancel()
+	}()
+	defer c.kickOne.Do(func() { close(c.kicked) })
+	s, err := c.k.connect(ctx)
+	if err == nil && !c.k.add(c, s) {
+		err = fmt.Errorf("%s", c.k.reason())
+	}
+	if err != nil {
+		c.mu.Lock()
+		why := c.killWhy
+		c.mu.Unlock()
+		if why != "" {
+			return c.fail(lifecycle.CodeStartupFailed, "%s (connecting to node %s)", why, c.k.addr)
+		}
+		return c.fail(lifecycle.CodeStartupFailed, "node %s unreachable: %v", c.k.addr, err)
+	}
+	c.session = s
+	c.n.register(c)
+	cfg := &c.n.cfg
+	open := &Open{Reply: c.k.reply, Liveness: cfg.Liveness, Lanes: uint32(max(cfg.Lanes, c.idx+1)), Flags: cfg.Flags,
+		Inline: uint32(cfg.Layout.Inline), Arena: uint32(cfg.Layout.Arena), MaxCall: uint32(cfg.MaxCall),
+		Tasks: cfg.Tasks}
+	c.send(AppendOpen(c.header(KindOpen), open))
+	c.launch.Debug("lane opened on its node", zap.String("node", c.k.addr))
+	for {
+		c.wake.Park(c.laneBell, c.work, c.parkTimeout())
+		if e := c.step(); e != nil {
+			return e
+		}
+	}
+}
+
+// parkTimeout: a forwarder holding results that found no room polls for it, as a lane
+// whose return ring is full does (nobody rings it when the host drains).
+func (c *incarnation) parkTimeout() time.Duration {
+	if len(c.results) > 0 {
+		return time.Millisecond
+	}
+	return 0
+}
+
+func (c *incarnation) header(k Kind) []byte {
+	return AppendHeader(make([]byte, 0, 256), k, c.session, uint32(c.idx), uint32(c.inc))
+}
+
+func (c *incarnation) send(frame []byte) { c.n.ep.Send(c.k.addr, frame) }
+
+// step does what the inbox and the rings ask; it returns the incarnation's end once it has
+// one.
+func (c *incarnation) step() *end {
+	c.posted.Store(false)
+	c.mu.Lock()
+	frames := c.frames
+	c.frames = nil
+	lostWhy, killWhy, hardWhy, term := c.lostWhy, c.killWhy, c.hardWhy, c.term
+	c.mu.Unlock()
+	for _, f := range frames {
+		if e := c.onFrame(f, hardWhy); e != nil {
+			return e
+		}
+	}
+	c.publish()
+	switch {
+	case lostWhy != "" && !c.ready2:
+		return c.fail(lifecycle.CodeStartupFailed, "%s", lostWhy)
+	case lostWhy != "":
+		return c.fail(lifecycle.CodeNodeLost, "%s", lostWhy)
+	case killWhy != "":
+		c.killOnNode(killWhy)
+		if !c.ready2 {
+			return c.fail(lifecycle.CodeStartupFailed, "%s (node %s)", killWhy, c.k.addr)
+		}
+		return c.fail(lifecycle.CodeWorkerCrashed, "%s (node %s)", killWhy, c.k.addr)
+	case hardWhy != "":
+		c.killOnNode("hard timeout: " + hardWhy)
+	case term:
+		c.killOnNode("stop not acknowledged in time")
+	}
+	if !c.ready2 {
+		return nil
+	}
+	c.forward()
+	if c.abortFlag.Swap(false) || c.region.AbortWake().Load() != c.abortSeen.Load() {
+		c.cancelAborted()
+	}
+	c.stopIfAsked()
+	return nil
+}
+
+func (c *incarnation) killOnNode(why string) {
+	if !c.killSent {
+		c.killSent = true
+		c.send(AppendStop(c.header(KindStop), true, why))
+	}
+}
+
+// onFrame handles one frame from the node.
+func (c *incarnation) onFrame(f Frame, hardWhy string) *end {
+	switch f.Kind {
+	case KindReady:
+		if _, err := f.Ready(); err != nil || c.ready2 {
+			return c.broke("a ready report that does not decode, or a second one")
+		}
+		c.ready2 = true
+		c.readyNow.Store(true)
+		c.k.established(c.session)
+		close(c.ready)
+		c.region.Returns().Completion().Signal(c.doneBell) // the reaper sleeps on it until ready
+	case KindFailed:
+		code, msg, err := f.Failed()
+		if err != nil {
+			return c.broke("a failure report that does not decode")
+		}
+		c.k.established(c.session)
+		if c.ready2 {
+			return c.broke("a failure report after ready")
+		}
+		_ = code // whatever the node says, a lane that did not start failed its start
+		return c.fail(lifecycle.CodeStartupFailed, "node %s: %s", c.k.addr, msg)
+	case KindResults:
+		it := f.Items()
+		for it.More() {
+			r := it.Result()
+			if it.Err() != nil {
+				break
+			}
+			if err := c.check(r); err != "" {
+				return c.broke(err)
+			}
+			c.results = append(c.results, r)
+		}
+		if err := it.Err(); err != nil {
+			return c.broke("results that do not decode: " + err.Error())
+		}
+	case KindEnded:
+		r, err := f.Ended()
+		if err != nil {
+			return c.broke("an end report that does not decode: " + err.Error())
+		}
+		return c.ended(r, hardWhy)
+	}
+	return nil
+}
+
+// check vets a result: it must answer a call the lane holds, once, with a known outcome and
+// a payload the return ring can hold.
+func (c *incarnation) check(r Result) string {
+	s := &c.out[r.Seq%uint64(len(c.out))]
+	switch {
+	case !s.live || s.seq != r.Seq:
+		return fmt.Sprintf("a result for call %d, which it does not hold", r.Seq)
+	case r.Outcome > uint32(actors.BadOutput) || actors.Outcome(r.Outcome) == actors.Stale:
+		return fmt.Sprintf("outcome %d", r.Outcome)
+	case len(r.Payload) > c.region.Layout().Arena:
+		return fmt.Sprintf("a result of %d bytes", len(r.Payload))
+	}
+	s.live = false // answered: a second result for it breaks the protocol
+	return ""
+}
+
+// broke ends a lane whose node broke the protocol.
+func (c *incarnation) broke(what string) *end {
+	c.killOnNode("protocol violation")
+	return c.fail(lifecycle.CodeWorkerCrashed, "node %s broke the protocol: %s", c.k.addr, what)
+}
+
+// ended is the lane's end as its node reports it.
+func (c *incarnation) ended(r Ended, hardWhy string) *end {
+	e := &end{err: &lifecycle.Error{Lane: c.idx}, normal: r.Normal, started: min(r.Started, c.lastSent), busy: r.Busy}
+	code := lifecycle.Code(r.Code)
+	switch code {
+	case lifecycle.CodeThreadClosed, lifecycle.CodeWorkerCrashed, lifecycle.CodeWorkerExited, lifecycle.CodeWorkerUnresponsive,
+		lifecycle.CodeWorkerOutOfMemory, lifecycle.CodeWorkerCPULimit, lifecycle.CodeNodeLost:
+	default:
+		code = lifecycle.CodeWorkerCrashed // a code no lane ends with
+	}
+	msg := fmt.Sprintf("on node %s: %s", c.k.addr, r.Message)
+	switch {
+	case c.region.Stop().Load() != fastpath.StopRunning:
+		code, msg, e.normal = lifecycle.CodeThreadClosed, fmt.Sprintf("lane stopped (on node %s)", c.k.addr), false
+	case hardWhy != "":
+		code, msg, e.normal = lifecycle.CodeWorkerCrashed, fmt.Sprintf("killed by the host: hard timeout: %s (on node %s)", hardWhy, c.k.addr), false
+	}
+	e.err.Code, e.err.Message = code, msg
+	if e.normal && code != lifecycle.CodeWorkerExited {
+		e.normal = false
+	}
+	if len(r.Stack) > 0 || len(r.Tail) > 0 {
+		rep := &lifecycle.LaneReport{Stack: r.Stack, Tail: r.Tail}
+		if len(r.Stack) > 0 {
+			rep.Failure, rep.Stack = r.Stack[0], r.Stack[1:]
+		}
+		e.err.Cause = rep
+	}
+	return e
+}
+
+// publish writes the results received into the return ring, as many as it has room for,
+// oldest first, and lets the pool know.
+func (c *incarnation) publish() {
+	if len(c.results) == 0 {
+		return
+	}
+	n := 0
+	for _, r := range c.results {
+		i, ok := c.ret.Reserve()
+		if !ok {
+			break
+		}
+		buf, err := c.ret.Put(i, len(r.Payload))
+		if err != nil { // the arena is full for now (check bounded the size)
+			c.ret.Release(i)
+			break
+		}
+		copy(buf, r.Payload)
+		sl := &c.out[r.Seq%uint64(len(c.out))]
+		s := c.ret.Slot(i)
+		s.SetFn(sl.fn)
+		s.SetCall(sl.id, sl.gen)
+		s.SetAbort(sl.abort)
+		s.SetFlags(r.Outcome)
+		s.SetSeq(r.Ran)
+		c.ret.Stage(i)
+		*sl = sent{}
+		c.nOut--
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	c.results = append(c.results[:0], c.results[n:]...)
+	c.ret.Flush()
+	c.region.Returns().Completion().Signal(c.doneBell)
+}
+
+// forward sends the calls waiting in the request ring, as many as the window allows, in
+// frames of up to FrameTarget bytes.
+func (c *incarnation) forward() {
+	pending := c.req.Poll()
+	if pending == 0 {
+		return
+	}
+	room := c.room()
+	if room <= 0 {
+		return
+	}
+	frame := c.header(KindCalls)
+	items := 0
+	var mask uint32
+	var cancels []byte // calls whose callers gave up before they were sent
+	now := time.Now().UnixNano()
+	for i := range c.req.Slots(pending) {
+		if room == 0 {
+			break
+		}
+		s := c.req.Slot(i)
+		p, err := c.req.Payload(i)
+		if err != nil {
+			// The pool wrote this slot: a payload outside the layout is knit's bug. The call
+			// goes with none, and fails to decode on the node.
+			p = nil
+		}
+		seq := s.Seq()
+		call := Call{Seq: seq, Fn: s.Fn(), Payload: p}
+		if dl := s.Deadline(); dl != 0 {
+			if call.Timeout = time.Duration(dl - now); call.Timeout <= 0 {
+				call.Timeout = -1
+			}
+		}
+		frame = AppendCall(frame, &call)
+		sl := &c.out[seq%uint64(len(c.out))]
+		*sl = sent{seq: seq, fn: call.Fn, id: s.Call(), gen: s.Gen(), abort: s.Abort(), live: true}
+		if sl.abort != 0 && c.aborts.Test(int(sl.abort)-1) {
+			sl.cancels = true
+			if cancels == nil {
+				cancels = c.header(KindCancel)
+			}
+			cancels = AppendCancel(cancels, seq)
+		}
+		c.lastSent = seq
+		c.nOut++
+		mask |= 1 << i
+		room--
+		items++
+		if len(frame) >= FrameTarget {
+			c.send(frame)
+			frame, items = c.header(KindCalls), 0
+		}
+	}
+	c.req.Retire(mask)
+	if items > 0 {
+		c.send(frame)
+	}
+	if cancels != nil {
+		c.send(cancels)
+	}
+}
+
+// cancelAborted sends the node the calls whose abort bits the pool raised (their callers
+// gave up), once each.
+func (c *incarnation) cancelAborted() {
+	c.abortSeen.Store(c.region.AbortWake().Load()) // before the bits: a later raise moves it again
+	var frame []byte
+	for i := range c.out {
+		s := &c.out[i]
+		if !s.live || s.cancels || s.abort == 0 || !c.aborts.Test(int(s.abort)-1) {
+			continue
+		}
+		s.cancels = true
+		if frame == nil {
+			frame = c.header(KindCancel)
+		}
+		frame = AppendCancel(frame, s.seq)
+	}
+	if frame != nil {
+		c.send(frame)
+	}
+}
+
+// stopIfAsked carries out a stop request once the lane holds no call: it acknowledges (the
+// lane takes nothing more) and asks the node to stop the lane; the lane ends when the node
+// reports it has.
+func (c *incarnation) stopIfAsked() {
+	if c.acked || c.region.Stop().Load() != fastpath.StopRequested || c.nOut > 0 || c.req.Poll() != 0 {
+		return
+	}
+	c.acked = true
+	c.region.Stop().Store(fastpath.StopAcknowledged)
+	c.doneBell.Wake(c.region.Returns().Completion().Word()) // the pool may wait for the ack on it
+	if !c.stopSent {
+		c.stopSent = true
+		c.send(AppendStop(c.header(KindStop), false, "stop requested"))
+	}
+}
+
+// endPatience bounds how long an ending lane waits for return slots for the results it
+// has received: results it cannot publish leave their calls in doubt, as lost ones are.
+const endPatience = 5 * time.Second
+
+// finish publishes what it can of the results received, and ends the incarnation.
+func (c *incarnation) finish(e *end) {
+	if c.ready2 && len(c.results) > 0 {
+		since := latency.Now()
+		for len(c.results) > 0 && latency.Now()-since < endPatience {
+			c.publish()
+			if len(c.results) > 0 {
+				c.doneBell.Wake(c.region.Returns().Completion().Word())
+				time.Sleep(time.Millisecond) // waiting for the pool to drain: nobody rings
+			}
+		}
+	}
+	if c.launch.Stopping() && e.err.Code != lifecycle.CodeStartupFailed && e.err.Code != lifecycle.CodeThreadClosed {
+		// Asked to stop: however it ended, it was stopped (what lifecycle.Classify says
+		// of a process lane killed after a stop request).
+		e.err = &lifecycle.Error{Code: lifecycle.CodeThreadClosed, Lane: c.idx, Message: "lane stopped (" + e.err.Message + ")"}
+		e.normal = false
+	}
+	c.region.Running().Store(fastpath.RunningWord(e.started, e.busy))
+	if c.session != (Session{}) {
+		c.n.forget(c)
+	}
+	c.launch.Debug("lane ended on its node", zap.String("node", c.k.addr), zap.String("code", string(e.err.Code)))
+	c.launch.End(e.err, e.normal)
+}
