@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/remote"
 )
 
 func TestMain(m *testing.M) {
@@ -16,5 +17,15 @@ func TestMain(m *testing.M) {
 		// Race-built lanes would sleep 1 s at every exit: Close would wait for it.
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(pinned{m})
+}
+
+// pinned runs the tests with the process's remote endpoint started once for all of them
+// (remote.Pin): protoactor's remote cannot start twice in a process under the race detector.
+type pinned struct{ m *testing.M }
+
+func (p pinned) Run() int {
+	unpin := remote.Pin()
+	defer unpin()
+	return p.m.Run()
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -282,4 +283,135 @@ func TestRemoteAnswers(t *testing.T) {
 		}
 	}
 	_ = errors.New
+}
+
+// remoteLoad runs chaosOnce and chaosIdem calls (alternately, by id) from goroutines until
+// stopped, keeping each call's error.
+type remoteLoad struct {
+	next atomic.Int64
+	errs []error
+	done chan struct{} // a token per finished call
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startRemoteLoad(p *knit.Pool, goroutines, ids int) *remoteLoad {
+	ld := &remoteLoad{errs: make([]error, ids), done: make(chan struct{}, ids), stop: make(chan struct{})}
+	for range goroutines {
+		ld.wg.Go(func() {
+			for {
+				select {
+				case <-ld.stop:
+					return
+				default:
+				}
+				id := int(ld.next.Add(1) - 1)
+				if id >= ids {
+					return
+				}
+				task := chaosOnce
+				if id%2 == 1 {
+					task = chaosIdem
+				}
+				got, err := task.Call(context.Background(), p, chaosCall{ID: id})
+				if err == nil && got != 2*id {
+					err = fmt.Errorf("call %d returned %d", id, got)
+				}
+				ld.errs[id] = err
+				ld.done <- struct{}{}
+			}
+		})
+	}
+	return ld
+}
+
+// wait waits for n more calls to finish.
+func (ld *remoteLoad) wait(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-ld.done:
+		case <-time.After(time.Minute): // a hang, not a timing
+			t.Fatalf("calls stopped finishing")
+		}
+	}
+}
+
+// finish stops the load and returns how many calls were made.
+func (ld *remoteLoad) finish() int {
+	close(ld.stop)
+	ld.wg.Wait()
+	return min(int(ld.next.Load()), len(ld.errs))
+}
+
+// checkInDoubt checks a load's calls against the run log: every Idempotent call (odd ids)
+// succeeded; a plain one that succeeded ran once, and one that failed did so with its node
+// lost (it was in doubt) and ran at most once; none ran twice. It returns how many failed.
+func checkInDoubt(t *testing.T, ld *remoteLoad, n int, runs []atomic.Uint32) int {
+	t.Helper()
+	failed := 0
+	for id := range n {
+		err, r := ld.errs[id], runs[id].Load()
+		var ke *knit.Error
+		switch {
+		case id%2 == 1 && err != nil:
+			t.Errorf("idempotent call %d: %v", id, err)
+		case id%2 == 1 && (r < 1 || r > 2):
+			t.Errorf("idempotent call %d ran %d times", id, r)
+		case id%2 == 1: // it may have run on the lost node too
+		case err == nil && r != 1:
+			t.Errorf("call %d succeeded and ran %d times", id, r)
+		case err != nil && (!errors.As(err, &ke) || ke.Code != knit.CodeNodeLost || !ke.Started):
+			t.Errorf("call %d: %v, want NODE_LOST, started", id, err)
+		case err != nil && r > 1:
+			t.Errorf("call %d failed and ran %d times", id, r)
+		case err != nil:
+			failed++
+		}
+	}
+	return failed
+}
+
+// onNode counts a pool's lanes on each node.
+func onNode(p *knit.Pool) map[string]int {
+	m := map[string]int{}
+	for _, l := range p.Stats().Lanes {
+		if l.State == knit.StateReady {
+			m[l.Node]++
+		}
+	}
+	return m
+}
+
+// TestRemoteNodeKilled: a node SIGKILLed under load. Every call settles; every Idempotent
+// call succeeds; a plain call either succeeded and ran once or failed NODE_LOST (it was on
+// the node, in doubt) and ran at most once; the node's lanes come back on the survivors.
+func TestRemoteNodeKilled(t *testing.T) {
+	const ids = 1 << 20
+	path, runs := fileRuns(t, ids)
+	nodes := startNodes(t, 3, envRuns+"="+path)
+	rec := newRecorder()
+	p := remotePool(t, knit.Config{Lanes: 6, Liveness: 2 * time.Second, OnEvent: rec.record}, nodes, chaosOnce, chaosIdem)
+	ld := startRemoteLoad(p, 24, ids)
+	ld.wait(t, 2000)
+	victim := nodes[1]
+	mark := rec.mark()
+	victim.kill()
+	// Its two lanes (1 and 4) end NODE_LOST and come back, on the survivors.
+	for _, lane := range []int{1, 4} {
+		rec.awaitFrom(t, mark, fmt.Sprintf("lane %d lost with its node", lane), func(e knit.Event) bool {
+			return e.Lane == lane && e.To == knit.StateCrashed && e.Code == knit.CodeNodeLost
+		})
+		rec.awaitFrom(t, mark, fmt.Sprintf("lane %d back", lane), func(e knit.Event) bool {
+			return e.Lane == lane && e.To == knit.StateReady
+		})
+	}
+	ld.wait(t, 2000)
+	n := ld.finish()
+	failed := checkInDoubt(t, ld, n, runs)
+	where := onNode(p)
+	if where[victim.addr] != 0 || where[nodes[0].addr]+where[nodes[2].addr] != 6 {
+		t.Errorf("lanes per node after the loss: %v", where)
+	}
+	t.Logf("%d calls, %d in doubt and failed; lanes per node %v", n, failed, where)
 }

@@ -27,42 +27,64 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// An Endpoint is one side's protoactor-go remote: an actor system of its own with the
-// remote started on it, one actor under a fixed name that receives frames, and what knit
-// adds around protoactor's transport — mutual TLS, a guard on every incoming stream, bounded
-// batches, keepalive, its own dial check for clear errors, and a shutdown that never waits
-// on a frozen peer. Hosts and nodes each run one; nothing in it knows about lanes.
+// An Endpoint is the process's protoactor-go remote: an actor system of its own with the
+// remote started on it, and what knit adds around protoactor's transport — mutual TLS, a
+// guard on every incoming stream, bounded batches, keepalive, its own dial check for clear
+// errors, and a shutdown that never waits on a frozen peer. Every remote pool of the process
+// and its node, if it runs one, are Members of it, each with a receiving actor of its own;
+// nothing in it knows about lanes.
+//
+// One per process, because protoactor's remote sets gRPC's global logger whenever it starts,
+// which gRPC reads, unsynchronised, from its connections' goroutines: a second start in a
+// process that has used gRPC is a data race. The endpoint starts with its first member and
+// stops with its last; members must agree on its listen address and TLS settings.
 type Endpoint struct {
-	cfg   EndpointConfig
-	sys   *actor.ActorSystem
-	r     *remote.Remote
-	conns *tracker
-	sub   *eventstream.Subscription
-	dial  []grpc.DialOption
-	port  int
+	listen string
+	tls    *tls.Config
+	sys    *actor.ActorSystem
+	r      *remote.Remote
+	conns  *tracker
+	sub    *eventstream.Subscription
+	dial   []grpc.DialOption
+	port   int
+	log    *zap.Logger
 
-	mu     sync.Mutex
-	pids   map[string]*actor.PID // by address: the peer's receiving actor
-	closed bool
+	mu      sync.Mutex
+	pids    map[[2]string]*actor.PID // by address and actor name
+	members map[*Member]struct{}
+	closed  bool
 }
 
-// EndpointConfig configures an Endpoint.
+// EndpointConfig configures a Member, and the endpoint if it is the first.
 type EndpointConfig struct {
-	// Listen is the host:port it listens on (port 0: any free one).
+	// Listen is the host:port the endpoint listens on (port 0: any free one). A member
+	// that joins a running endpoint may leave it empty or ":0".
 	Listen string
 	// TLS, if set, makes every connection mutual TLS with it: peers without a certificate
-	// it verifies are refused, and it presents its own certificate when it dials.
+	// it verifies are refused, and it presents its own certificate when it dials. Every
+	// member of an endpoint has the same (the same *tls.Config, or nil).
 	TLS *tls.Config
-	// Name is the receiving actor's name, Peer the one peers' frames go to.
-	Name, Peer string
-	// OnFrame receives every frame, in order, on the receiving actor's goroutine; it must
-	// not block. The bytes are its own.
+	// Name is the member's receiving actor's name ("": a name of its own, HostName-N).
+	Name string
+	// OnFrame receives every frame sent to the member, in order, on its actor's
+	// goroutine; it must not block. The bytes are its own.
 	OnFrame func(b []byte)
 	// OnLost is told that the connection to address broke (protoactor's
 	// EndpointTerminatedEvent); it must not block.
 	OnLost func(address string)
-	// Log is the remote namespace logger; protoactor's own lines go to it at Debug.
+	// Log is the remote namespace logger; protoactor's own lines go to the first member's,
+	// at Debug.
 	Log *zap.Logger
+}
+
+// A Member is one user of the process's endpoint: a pool's, or the node's.
+type Member struct {
+	e       *Endpoint
+	name    string
+	pid     *actor.PID
+	onFrame func([]byte)
+	onLost  func(string)
+	once    sync.Once
 }
 
 // Transport settings. A gRPC message is one batch of protoactor messages (up to
@@ -80,23 +102,102 @@ const (
 // frameType is the only protobuf message type an endpoint accepts.
 const frameType = "google.protobuf.BytesValue"
 
-// Listen starts an endpoint.
-func Listen(cfg EndpointConfig) (ep *Endpoint, err error) {
-	host, portText, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen address %q: %w", cfg.Listen, err)
+// The process's endpoint, its members and pins.
+var process struct {
+	mu   sync.Mutex
+	ep   *Endpoint
+	refs int // members, and pins
+	seq  int // for members' names
+}
+
+// Pin keeps the process's endpoint, once started, running until unpin is called, even with
+// no member: a test binary pins it for all its tests, so that it starts once (see Endpoint).
+func Pin() (unpin func()) {
+	process.mu.Lock()
+	process.refs++
+	process.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(release) }
+}
+
+func release() {
+	process.mu.Lock()
+	process.refs--
+	var ep *Endpoint
+	if process.refs == 0 && process.ep != nil {
+		ep, process.ep = process.ep, nil
 	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port < 0 || port > math.MaxUint16 {
-		return nil, fmt.Errorf("listen address %q: bad port", cfg.Listen)
+	process.mu.Unlock()
+	if ep != nil {
+		ep.close()
 	}
+}
+
+// Join makes a member of the process's endpoint, starting the endpoint if it is the first.
+func Join(cfg EndpointConfig) (*Member, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	e := &Endpoint{cfg: cfg, conns: &tracker{conns: map[*trackedConn]struct{}{}}, pids: map[string]*actor.PID{}}
+	process.mu.Lock()
+	defer process.mu.Unlock()
+	e := process.ep
+	switch {
+	case e == nil:
+		var err error
+		if e, err = start(cfg.Listen, cfg.TLS, cfg.Log); err != nil {
+			return nil, err
+		}
+		process.ep = e
+	case cfg.TLS != e.tls:
+		return nil, fmt.Errorf("the process's remote endpoint runs with other TLS settings (one *tls.Config, or none, for every remote pool and node of a process)")
+	case cfg.Listen != "" && cfg.Listen != ":0" && cfg.Listen != e.listen:
+		return nil, fmt.Errorf("the process's remote endpoint listens on %s, not %s (one listen address for every remote pool and node of a process)", e.listen, cfg.Listen)
+	}
+	name := cfg.Name
+	if name == "" {
+		process.seq++
+		name = fmt.Sprintf("%s-%d", HostName, process.seq)
+	}
+	m := &Member{e: e, name: name, onFrame: cfg.OnFrame, onLost: cfg.OnLost}
+	props := actor.PropsFromFunc(func(c actor.Context) {
+		if b, ok := c.Message().(*wrapperspb.BytesValue); ok {
+			m.deliver(b.Value)
+		}
+	})
+	pid, err := e.sys.Root.SpawnNamed(props, name)
+	if err != nil {
+		if process.refs == 0 {
+			process.ep = nil
+			e.close()
+		}
+		return nil, fmt.Errorf("spawning the %s actor: %w", name, err)
+	}
+	m.pid = pid
+	e.mu.Lock()
+	e.members[m] = struct{}{}
+	e.mu.Unlock()
+	process.refs++
+	return m, nil
+}
+
+// start starts the endpoint.
+func start(listen string, tlsCfg *tls.Config, log *zap.Logger) (*Endpoint, error) {
+	if listen == "" {
+		listen = ":0"
+	}
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen address %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > math.MaxUint16 {
+		return nil, fmt.Errorf("listen address %q: bad port", listen)
+	}
+	e := &Endpoint{listen: listen, tls: tlsCfg, log: log, conns: &tracker{conns: map[*trackedConn]struct{}{}},
+		pids: map[[2]string]*actor.PID{}, members: map[*Member]struct{}{}}
 	serverCreds, clientCreds := credentials.TransportCredentials(insecure.NewCredentials()), credentials.TransportCredentials(insecure.NewCredentials())
-	if cfg.TLS != nil {
-		serverCreds, clientCreds = credentials.NewTLS(ServerTLS(cfg.TLS)), credentials.NewTLS(ClientTLS(cfg.TLS))
+	if tlsCfg != nil {
+		serverCreds, clientCreds = credentials.NewTLS(ServerTLS(tlsCfg)), credentials.NewTLS(ClientTLS(tlsCfg))
 	}
 	e.dial = []grpc.DialOption{
 		grpc.WithTransportCredentials(trackedCreds{clientCreds, e.conns}),
@@ -108,7 +209,7 @@ func Listen(cfg EndpointConfig) (ep *Endpoint, err error) {
 		grpc.MaxConcurrentStreams(16),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveWait}),
-		grpc.ChainStreamInterceptor(guardStream(cfg.Name, cfg.Log)),
+		grpc.ChainStreamInterceptor(guardStream(log)),
 		grpc.ChainUnaryInterceptor(refuseUnary),
 	}
 	rc := remote.Configure(host, port,
@@ -120,35 +221,26 @@ func Listen(cfg EndpointConfig) (ep *Endpoint, err error) {
 	// A peer that refuses a connection is tried once (protoactor sleeps 2 s after each
 	// failure): knit dials it itself first (Check), and retries on its own schedule.
 	rc.MaxRetryCount = 1
-	slogger := protoactorLog(cfg.Log)
+	slogger := protoactorLog(log)
 	e.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }))
 	e.r = remote.NewRemote(e.sys, rc)
-	if err := e.start(); err != nil {
+	if err := e.startRemote(); err != nil {
 		e.sys.Shutdown()
 		return nil, err
 	}
 	e.sub = e.sys.EventStream.SubscribeWithPredicate(func(ev any) {
-		if t, ok := ev.(*remote.EndpointTerminatedEvent); ok && cfg.OnLost != nil {
-			cfg.OnLost(t.Address)
+		if t, ok := ev.(*remote.EndpointTerminatedEvent); ok {
+			e.lost(t.Address)
 		}
 	}, func(ev any) bool { _, ok := ev.(*remote.EndpointTerminatedEvent); return ok })
-	props := actor.PropsFromFunc(func(c actor.Context) {
-		if m, ok := c.Message().(*wrapperspb.BytesValue); ok {
-			e.deliver(m.Value)
-		}
-	})
-	if _, err := e.sys.Root.SpawnNamed(props, cfg.Name); err != nil {
-		e.Close()
-		return nil, fmt.Errorf("spawning the %s actor: %w", cfg.Name, err)
-	}
 	return e, nil
 }
 
-// start starts protoactor's remote, which panics when it cannot listen.
-func (e *Endpoint) start() (err error) {
+// startRemote starts protoactor's remote, which panics when it cannot listen.
+func (e *Endpoint) startRemote() (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("starting the remote endpoint on %s: %v", e.cfg.Listen, r)
+			err = fmt.Errorf("starting the remote endpoint on %s: %v", e.listen, r)
 		}
 	}()
 	e.r.Start()
@@ -160,32 +252,64 @@ func (e *Endpoint) start() (err error) {
 	return nil
 }
 
-// deliver hands a frame to OnFrame; a panic there is a bug of knit's, logged, never the end
-// of the receiving actor's mailbox.
-func (e *Endpoint) deliver(b []byte) {
-	defer func() {
-		if r := recover(); r != nil {
-			e.cfg.Log.Error("handling a frame panicked", zap.Any("panic", r), zap.Stack("stack"))
+// lost tells every member that the connection to address broke.
+func (e *Endpoint) lost(address string) {
+	e.mu.Lock()
+	ms := make([]*Member, 0, len(e.members))
+	for m := range e.members {
+		ms = append(ms, m)
+	}
+	e.mu.Unlock()
+	for _, m := range ms {
+		if m.onLost != nil {
+			m.onLost(address)
 		}
-	}()
-	e.cfg.OnFrame(b)
+	}
 }
 
-// Port is the port the endpoint listens on.
-func (e *Endpoint) Port() int { return e.port }
+// deliver hands a frame to OnFrame; a panic there is a bug of knit's, logged, never the end
+// of the receiving actor's mailbox.
+func (m *Member) deliver(b []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.e.log.Error("handling a frame panicked", zap.Any("panic", r), zap.Stack("stack"))
+		}
+	}()
+	m.onFrame(b)
+}
 
-// Send sends a frame to the peer actor at address. It does not wait and never fails: a
-// frame to a peer that is gone is lost, which the heartbeat notices.
-func (e *Endpoint) Send(address string, frame []byte) {
+// Name is the member's receiving actor's name.
+func (m *Member) Name() string { return m.name }
+
+// Port is the port the endpoint listens on.
+func (m *Member) Port() int { return m.e.port }
+
+// Close ends the membership: the member's actor stops, and the endpoint with its last
+// member.
+func (m *Member) Close() {
+	m.once.Do(func() {
+		m.e.mu.Lock()
+		delete(m.e.members, m)
+		m.e.mu.Unlock()
+		_ = m.e.sys.Root.StopFuture(m.pid).Wait()
+		release()
+	})
+}
+
+// Send sends a frame to the actor called name at address. It does not wait and never
+// fails: a frame to a peer that is gone is lost, which the heartbeat notices.
+func (m *Member) Send(address, name string, frame []byte) {
+	e := m.e
+	key := [2]string{address, name}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return
 	}
-	pid := e.pids[address]
+	pid := e.pids[key]
 	if pid == nil {
-		pid = actor.NewPID(address, e.cfg.Peer)
-		e.pids[address] = pid
+		pid = actor.NewPID(address, name)
+		e.pids[key] = pid
 	}
 	e.mu.Unlock()
 	e.sys.Root.Send(pid, &wrapperspb.BytesValue{Value: frame})
@@ -194,10 +318,10 @@ func (e *Endpoint) Send(address string, frame []byte) {
 // Check dials address the way the endpoint's connections do (TLS included) and asks for a
 // knit endpoint there, so that an unreachable or refusing peer is a clear error: connection
 // refused, a certificate not trusted, or something else listening.
-func (e *Endpoint) Check(ctx context.Context, address string) error {
+func (m *Member) Check(ctx context.Context, address string) error {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	conn, err := grpc.DialContext(ctx, address, e.dial...)
+	conn, err := grpc.DialContext(ctx, address, m.e.dial...)
 	if err != nil {
 		return err
 	}
@@ -218,19 +342,13 @@ func (e *Endpoint) Check(ctx context.Context, address string) error {
 	return err
 }
 
-// Close stops the endpoint: every connection is cut first, so that nothing waits on a peer
+// close stops the endpoint: every connection is cut first, so that nothing waits on a peer
 // that has stopped reading, then protoactor's remote and the actor system stop.
-func (e *Endpoint) Close() {
+func (e *Endpoint) close() {
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return
-	}
 	e.closed = true
 	e.mu.Unlock()
-	if e.sub != nil {
-		e.sys.EventStream.Unsubscribe(e.sub)
-	}
+	e.sys.EventStream.Unsubscribe(e.sub)
 	// Connections this side dialled go first: a writer blocked on a peer that stopped
 	// reading returns, so protoactor can stop it. Connections peers dialled are cut only if
 	// the shutdown waits for them (gRPC's graceful stop waits for every peer to close its
@@ -255,7 +373,7 @@ func (e *Endpoint) Close() {
 	e.conns.closeAll(false) // any made while it shut down
 }
 
-// shutdownGrace is how long Close lets peers close their streams before it cuts them.
+// shutdownGrace is how long close lets peers close their streams before it cuts them.
 const shutdownGrace = 500 * time.Millisecond
 
 // ServerTLS is cfg for the listening side: client certificates required and verified

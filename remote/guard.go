@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/asynkron/protoactor-go/remote"
 	"go.uber.org/zap"
@@ -26,7 +27,7 @@ const protoactorReceive = "/remote.Remoting/Receive"
 const localAddress = "nonhost"
 
 // guardStream is the endpoint's stream interceptor.
-func guardStream(name string, log *zap.Logger) grpc.StreamServerInterceptor {
+func guardStream(log *zap.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -37,14 +38,13 @@ func guardStream(name string, log *zap.Logger) grpc.StreamServerInterceptor {
 		if info.FullMethod != protoactorReceive {
 			return status.Error(codes.Unimplemented, knitEndpoint)
 		}
-		return handler(srv, &guarded{ServerStream: ss, name: name, log: log})
+		return handler(srv, &guarded{ServerStream: ss, log: log})
 	}
 }
 
 type guarded struct {
 	grpc.ServerStream
-	name string
-	log  *zap.Logger
+	log *zap.Logger
 }
 
 // RecvMsg receives the next message and refuses it, ending the stream, unless it is one
@@ -57,7 +57,7 @@ func (g *guarded) RecvMsg(m any) error {
 	if !ok {
 		return status.Error(codes.InvalidArgument, "refused")
 	}
-	if err := Admit(rm, g.name); err != nil {
+	if err := Admit(rm); err != nil {
 		g.log.Debug("refused a peer's message: stream cut", zap.Error(err))
 		return status.Error(codes.InvalidArgument, "refused")
 	}
@@ -65,9 +65,9 @@ func (g *guarded) RecvMsg(m any) error {
 }
 
 // Admit checks a message a peer sent on its stream: a ConnectRequest, or a batch of
-// BytesValue messages, serialised by protobuf, for the actor called name, whose targets it
-// rewrites to this actor system. Anything else is an error.
-func Admit(rm *remote.RemoteMessage, name string) error {
+// BytesValue messages, serialised by protobuf, for a node's agent or a pool's receiving
+// actor, whose targets it rewrites to this actor system. Anything else is an error.
+func Admit(rm *remote.RemoteMessage) error {
 	switch t := rm.GetMessageType().(type) {
 	case *remote.RemoteMessage_ConnectRequest:
 		if t.ConnectRequest == nil || t.ConnectRequest.GetServerConnection() == nil {
@@ -75,12 +75,17 @@ func Admit(rm *remote.RemoteMessage, name string) error {
 		}
 		return nil
 	case *remote.RemoteMessage_MessageBatch:
-		return admitBatch(t.MessageBatch, name)
+		return admitBatch(t.MessageBatch)
 	}
 	return fmt.Errorf("message %T", rm.GetMessageType())
 }
 
-func admitBatch(b *remote.MessageBatch, name string) error {
+// knitActor reports whether name is one of knit's receiving actors.
+func knitActor(name string) bool {
+	return name == AgentName || strings.HasPrefix(name, HostName+"-")
+}
+
+func admitBatch(b *remote.MessageBatch) error {
 	if b == nil {
 		return fmt.Errorf("empty batch")
 	}
@@ -90,8 +95,8 @@ func admitBatch(b *remote.MessageBatch, name string) error {
 		}
 	}
 	for i, p := range b.Targets {
-		if p == nil || p.Id != name {
-			return fmt.Errorf("target %d is not %q", i, name)
+		if p == nil || !knitActor(p.Id) {
+			return fmt.Errorf("target %d is no knit actor", i)
 		}
 		p.Address = localAddress
 	}

@@ -60,7 +60,7 @@ type HostConfig struct {
 // Nodes is the runtime of a pool's remote lanes.
 type Nodes struct {
 	cfg   HostConfig
-	ep    *Endpoint
+	ep    *Member
 	links []*link
 	log   *zap.Logger
 
@@ -104,8 +104,7 @@ func NewNodes(cfg HostConfig) (*Nodes, error) {
 		seen[addr] = true
 		n.links = append(n.links, &link{n: n, idx: i, addr: addr, changed: make(chan struct{}), kick: make(chan struct{}, 1)})
 	}
-	ep, err := Listen(EndpointConfig{Listen: cfg.Listen, TLS: cfg.TLS, Name: HostName, Peer: AgentName,
-		OnFrame: n.onFrame, OnLost: n.onLost, Log: cfg.Log})
+	ep, err := Join(EndpointConfig{Listen: cfg.Listen, TLS: cfg.TLS, OnFrame: n.onFrame, OnLost: n.onLost, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -172,12 +171,11 @@ func (n *Nodes) NodeOf(lane int) string {
 // Open implements lifecycle.Runtime: it places the incarnation (see place) and makes its
 // region. Nothing is sent until Start.
 func (n *Nodes) Open(idx, inc int) (lifecycle.Incarnation, error) {
-	k := n.place(idx)
 	r, err := fastpath.NewRegion(shm.Heap(n.cfg.Layout.Size()), n.cfg.Layout, uint32(idx), uint32(inc), n.cfg.Epoch)
 	if err != nil {
 		return nil, err
 	}
-	c := &incarnation{n: n, k: k, idx: idx, inc: inc, region: r, laneBell: fastpath.NewChanBell(),
+	c := &incarnation{n: n, idx: idx, inc: inc, region: r, laneBell: fastpath.NewChanBell(),
 		doneBell: fastpath.NewChanBell(), ready: make(chan struct{}), kicked: make(chan struct{})}
 	c.wake, c.req, c.ret = r.LaneWake(), r.Requests().Consumer(), r.Returns().Producer()
 	c.aborts = r.Aborts()
@@ -189,6 +187,7 @@ func (n *Nodes) Open(idx, inc int) (lifecycle.Incarnation, error) {
 	if idx >= len(n.current) {
 		n.current = append(n.current, make([]*incarnation, idx+1-len(n.current))...)
 	}
+	c.k = n.place(idx)
 	n.current[idx] = c
 	n.mu.Unlock()
 	return c, nil
@@ -198,6 +197,7 @@ func (n *Nodes) Open(idx, inc int) (lifecycle.Incarnation, error) {
 // evenly; a lane starts there unless the home node is known to be down, and then on the
 // node that is up with the fewest of the pool's lanes (the first after the home one among
 // equals). With no node up, it tries its home node, whose start fails with the reason.
+// Called with n.mu held: lanes placed together (a group restarting) count each other.
 func (n *Nodes) place(idx int) *link {
 	home := n.links[idx%len(n.links)]
 	if home.usable() {
@@ -210,7 +210,13 @@ func (n *Nodes) place(idx int) *link {
 		if k.state() != linkUp {
 			continue
 		}
-		if load := k.load(); best == nil || load < bestLoad {
+		load := 0
+		for i, c := range n.current {
+			if c != nil && c.k == k && i != idx {
+				load++
+			}
+		}
+		if best == nil || load < bestLoad {
 			best, bestLoad = k, load
 		}
 	}
@@ -339,12 +345,6 @@ func (k *link) usable() bool {
 	return s == linkUp || s == linkUnknown || s == linkConnecting
 }
 
-func (k *link) load() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.incs)
-}
-
 func (k *link) setState(s int, why string) {
 	k.st, k.why = s, why
 	close(k.changed)
@@ -439,7 +439,7 @@ func (k *link) ping(s Session) {
 	k.nonce++
 	nonce := k.nonce
 	k.mu.Unlock()
-	k.n.ep.Send(k.addr, AppendPing(AppendHeader(nil, KindPing, s, 0, 0), nonce, k.reply))
+	k.n.ep.Send(k.addr, AgentName, AppendPing(AppendHeader(nil, KindPing, s, 0, 0), nonce, k.reply, k.n.ep.Name()))
 }
 
 // pong notes a pong of session s: the first brings a connecting link up; a node that no
@@ -484,7 +484,7 @@ func (k *link) lose(why string) {
 	for c := range incs {
 		c.lost("node " + k.addr + " lost: " + why)
 	}
-	k.n.ep.Send(k.addr, AppendHeader(nil, KindBye, old, 0, 0))
+	k.n.ep.Send(k.addr, AgentName, AppendHeader(nil, KindBye, old, 0, 0))
 	k.poke()
 }
 
@@ -495,7 +495,7 @@ func (k *link) bye() {
 	s, st := k.session, k.st
 	k.mu.Unlock()
 	if st == linkUp || st == linkConnecting {
-		k.n.ep.Send(k.addr, AppendHeader(nil, KindBye, s, 0, 0))
+		k.n.ep.Send(k.addr, AgentName, AppendHeader(nil, KindBye, s, 0, 0))
 	}
 }
 

@@ -245,7 +245,7 @@ func (c *incarnation) serve() *end {
 	c.session = s
 	c.n.register(c)
 	cfg := &c.n.cfg
-	open := &Open{Reply: c.k.reply, Liveness: cfg.Liveness, Lanes: uint32(max(cfg.Lanes, c.idx+1)), Flags: cfg.Flags,
+	open := &Open{Reply: c.k.reply, ReplyActor: c.n.ep.Name(), Liveness: cfg.Liveness, Lanes: uint32(max(cfg.Lanes, c.idx+1)), Flags: cfg.Flags,
 		Inline: uint32(cfg.Layout.Inline), Arena: uint32(cfg.Layout.Arena), MaxCall: uint32(cfg.MaxCall),
 		Tasks: cfg.Tasks}
 	c.send(AppendOpen(c.header(KindOpen), open))
@@ -271,7 +271,7 @@ func (c *incarnation) header(k Kind) []byte {
 	return AppendHeader(make([]byte, 0, 256), k, c.session, uint32(c.idx), uint32(c.inc))
 }
 
-func (c *incarnation) send(frame []byte) { c.n.ep.Send(c.k.addr, frame) }
+func (c *incarnation) send(frame []byte) { c.n.ep.Send(c.k.addr, AgentName, frame) }
 
 // step does what the inbox and the rings ask; it returns the incarnation's end once it has
 // one.
@@ -477,10 +477,11 @@ func (c *incarnation) forward() {
 	var mask uint32
 	var cancels []byte // calls whose callers gave up before they were sent
 	now := time.Now().UnixNano()
-	for i := range c.req.Slots(pending) {
-		if room == 0 {
-			break
-		}
+	// Next, not Slots: a slot left for later must stay the next one, or calls would leave
+	// out of order.
+	for m := pending; m != 0 && room > 0; {
+		i := c.req.Next(m)
+		m &^= 1 << i
 		s := c.req.Slot(i)
 		p, err := c.req.Payload(i)
 		if err != nil {

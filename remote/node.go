@@ -65,7 +65,7 @@ type AgentConfig struct {
 // Agent is a node's agent.
 type Agent struct {
 	cfg AgentConfig
-	ep  *Endpoint
+	ep  *Member
 	log *zap.Logger
 
 	mu       sync.Mutex
@@ -81,7 +81,7 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 		cfg.Log = zap.NewNop()
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log, sessions: map[Session]*session{}}
-	ep, err := Listen(EndpointConfig{Listen: cfg.Listen, TLS: cfg.TLS, Name: AgentName, Peer: HostName,
+	ep, err := Join(EndpointConfig{Listen: cfg.Listen, TLS: cfg.TLS, Name: AgentName,
 		OnFrame: a.onFrame, OnLost: a.onLost, Log: cfg.Log})
 	if err != nil {
 		return nil, err
@@ -128,12 +128,12 @@ func (a *Agent) onFrame(b []byte) {
 	}
 	switch f.Kind {
 	case KindPing:
-		nonce, reply, err := f.Ping()
-		if err != nil {
+		nonce, reply, actor, err := f.Ping()
+		if err != nil || !knitActor(actor) {
 			a.log.Debug("dropped a ping that does not decode", zap.Error(err))
 			return
 		}
-		a.ep.Send(reply, AppendPong(AppendHeader(nil, KindPong, f.Session, 0, 0), nonce, s != nil && !s.isFenced()))
+		a.ep.Send(reply, actor, AppendPong(AppendHeader(nil, KindPong, f.Session, 0, 0), nonce, s != nil && !s.isFenced()))
 	case KindBye:
 		if s != nil {
 			s.fence("the host left")
@@ -170,8 +170,12 @@ func (a *Agent) open(f Frame) {
 		a.log.Debug("dropped an open frame that does not decode", zap.Error(err))
 		return // without a reply address there is nobody to answer
 	}
+	if !knitActor(o.ReplyActor) {
+		a.log.Debug("dropped an open frame whose reply actor is no knit actor")
+		return
+	}
 	fail := func(msg string) {
-		a.ep.Send(o.Reply, AppendFailed(AppendHeader(nil, KindFailed, f.Session, f.Lane, f.Inc),
+		a.ep.Send(o.Reply, o.ReplyActor, AppendFailed(AppendHeader(nil, KindFailed, f.Session, f.Lane, f.Inc),
 			string(lifecycle.CodeStartupFailed), msg))
 	}
 	if o.Liveness <= 0 {
@@ -201,7 +205,7 @@ func (a *Agent) open(f Frame) {
 			fail(err.Error())
 			return
 		}
-		s = &session{a: a, id: f.Session, reply: o.Reply, liveness: o.Liveness, host: host,
+		s = &session{a: a, id: f.Session, reply: o.Reply, actor: o.ReplyActor, liveness: o.Liveness, host: host,
 			lanes: map[laneID]*nodeLane{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 		s.heard.Store(time.Now().UnixNano())
 		a.sessions[f.Session] = s
@@ -243,7 +247,8 @@ type laneID struct{ lane, inc uint32 }
 type session struct {
 	a        *Agent
 	id       Session
-	reply    string
+	reply    string // the host's address
+	actor    string // its pool's receiving actor
 	liveness time.Duration
 	host     LaneHost
 	heard    atomic.Int64
@@ -409,7 +414,7 @@ func (s *session) flush() {
 		s.out, s.open = nil, nil
 		s.mu.Unlock()
 		for _, f := range out {
-			s.a.ep.Send(s.reply, f)
+			s.a.ep.Send(s.reply, s.actor, f)
 		}
 		if ended {
 			return

@@ -249,14 +249,16 @@ func appendBool(dst []byte, v bool) []byte {
 // session's settings, and the host's tasks with their fingerprints, which the node checks
 // against its own before the lane serves.
 type Open struct {
-	Reply    string        // the host's address, where the node sends this session's frames
-	Liveness time.Duration // the host's Config.Liveness: the node fences the session after as long a silence
-	Lanes    uint32        // the host pool's lanes (lane indices are below it)
-	Flags    uint32        // OpenCarry, OpenPanicCrash
-	Inline   uint32        // the host pool's Payload
-	Arena    uint32
-	MaxCall  uint32
-	Tasks    []TaskRef
+	// Reply is the host's address, and ReplyActor its pool's receiving actor: where the
+	// node sends this session's frames.
+	Reply, ReplyActor string
+	Liveness          time.Duration // the host's Config.Liveness: the node fences the session after as long a silence
+	Lanes             uint32        // the host pool's lanes (lane indices are below it)
+	Flags             uint32        // OpenCarry, OpenPanicCrash
+	Inline            uint32        // the host pool's Payload
+	Arena             uint32
+	MaxCall           uint32
+	Tasks             []TaskRef
 }
 
 // Open flags.
@@ -275,7 +277,7 @@ type TaskRef struct {
 
 // AppendOpen appends o's body to a frame.
 func AppendOpen(dst []byte, o *Open) []byte {
-	dst = appendStr(dst, o.Reply)
+	dst = appendStr(appendStr(dst, o.Reply), o.ReplyActor)
 	dst = binary.AppendUvarint(dst, uint64(o.Liveness))
 	for _, v := range [...]uint32{o.Lanes, o.Flags, o.Inline, o.Arena, o.MaxCall} {
 		dst = binary.AppendUvarint(dst, uint64(v))
@@ -296,7 +298,7 @@ func (f Frame) Open() (Open, error) {
 		return o, bad("%v frame read as open", f.Kind)
 	}
 	d := decoder{b: f.body}
-	o.Reply = d.str(maxName)
+	o.Reply, o.ReplyActor = d.str(maxName), d.str(maxName)
 	live := d.uv()
 	if live > math.MaxInt64 {
 		d.fail("liveness %d", live)
@@ -500,19 +502,19 @@ func (f Frame) Ended() (Ended, error) {
 }
 
 // AppendPing appends a Ping frame's body: a nonce the Pong returns, and where the host
-// listens (the node answers a session it does not know, too).
-func AppendPing(dst []byte, nonce uint64, reply string) []byte {
-	return appendStr(binary.AppendUvarint(dst, nonce), clip(reply, maxName))
+// listens and its pool's actor (the node answers a session it does not know, too).
+func AppendPing(dst []byte, nonce uint64, reply, actor string) []byte {
+	return appendStr(appendStr(binary.AppendUvarint(dst, nonce), clip(reply, maxName)), clip(actor, maxName))
 }
 
 // Ping decodes a Ping frame's body.
-func (f Frame) Ping() (nonce uint64, reply string, err error) {
+func (f Frame) Ping() (nonce uint64, reply, actor string, err error) {
 	if f.Kind != KindPing {
-		return 0, "", bad("%v frame read as ping", f.Kind)
+		return 0, "", "", bad("%v frame read as ping", f.Kind)
 	}
 	d := decoder{b: f.body}
-	nonce, reply = d.uv(), d.str(maxName)
-	return nonce, reply, d.end()
+	nonce, reply, actor = d.uv(), d.str(maxName), d.str(maxName)
+	return nonce, reply, actor, d.end()
 }
 
 // AppendPong appends a Pong frame's body: the Ping's nonce, and whether the node knows the
