@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -414,4 +415,151 @@ func TestRemoteNodeKilled(t *testing.T) {
 		t.Errorf("lanes per node after the loss: %v", where)
 	}
 	t.Logf("%d calls, %d in doubt and failed; lanes per node %v", n, failed, where)
+}
+
+// TestRemoteNodeFrozen: a SIGSTOPped node breaks no connection; the heartbeat notices it
+// within Liveness: its lane ends NODE_LOST and comes back on another node while calls go
+// on. Once it runs again it drops the host's lanes (fencing), and its lane moves back to it.
+func TestRemoteNodeFrozen(t *testing.T) {
+	const ids = 1 << 20
+	path, runs := fileRuns(t, ids)
+	nodes := startNodes(t, 3, envRuns+"="+path)
+	rec := newRecorder()
+	p := remotePool(t, knit.Config{Lanes: 3, Liveness: 1500 * time.Millisecond, OnEvent: rec.record}, nodes, chaosOnce, chaosIdem)
+	ld := startRemoteLoad(p, 12, ids)
+	ld.wait(t, 500)
+	victim := nodes[2]
+	mark := rec.mark()
+	if err := syscall.Kill(victim.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	lost := rec.awaitFrom(t, mark, "lane 2 lost with its frozen node", func(e knit.Event) bool {
+		return e.Lane == 2 && e.To == knit.StateCrashed
+	})
+	if lost.Code != knit.CodeNodeLost || !strings.Contains(lost.Reason, "heartbeat") {
+		t.Errorf("lane 2 ended %s: %s, want NODE_LOST by the heartbeat", lost.Code, lost.Reason)
+	}
+	rec.awaitFrom(t, mark, "lane 2 back", func(e knit.Event) bool { return e.Lane == 2 && e.To == knit.StateReady })
+	if node := p.Stats().Lanes[2].Node; node == victim.addr {
+		t.Errorf("lane 2 restarted on its frozen node")
+	}
+	ld.wait(t, 500)
+	n := ld.finish()
+	failed := checkInDoubt(t, ld, n, runs)
+	t.Logf("%d calls, %d in doubt and failed", n, failed)
+	// Running again, the node has dropped the host's lane (its session is fenced), and
+	// the lane moves back home once the node answers.
+	mark = rec.mark()
+	if err := syscall.Kill(victim.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	victim.await(`"msg":"host session closed`)
+	rec.awaitFrom(t, mark, "lane 2 moved home", func(e knit.Event) bool {
+		return e.Lane == 2 && e.To == knit.StateRecycling && strings.Contains(e.Reason, "home node")
+	})
+	rec.awaitFrom(t, mark, "lane 2 ready at home", func(e knit.Event) bool { return e.Lane == 2 && e.To == knit.StateReady })
+	if node := p.Stats().Lanes[2].Node; node != victim.addr {
+		t.Errorf("lane 2 is on %s, want its home node %s", node, victim.addr)
+	}
+}
+
+// TestRemoteNodeRestarted: a node killed and started again at its address takes its lanes
+// back, gracefully (a recycle: no call fails), and they serve there.
+func TestRemoteNodeRestarted(t *testing.T) {
+	nodes := startNodes(t, 2)
+	rec := newRecorder()
+	p := remotePool(t, knit.Config{Lanes: 4, OnEvent: rec.record}, nodes)
+	victim := nodes[1]
+	mark := rec.mark()
+	victim.kill()
+	for _, lane := range []int{1, 3} {
+		rec.awaitFrom(t, mark, fmt.Sprintf("lane %d back", lane), func(e knit.Event) bool {
+			return e.Lane == lane && e.To == knit.StateReady
+		})
+	}
+	if where := onNode(p); where[nodes[0].addr] != 4 {
+		t.Errorf("lanes per node with one node down: %v", where)
+	}
+	mark = rec.mark()
+	again := startNode(t, victim.addr)
+	for _, lane := range []int{1, 3} {
+		rec.awaitFrom(t, mark, fmt.Sprintf("lane %d moved home", lane), func(e knit.Event) bool {
+			return e.Lane == lane && e.To == knit.StateRecycling
+		})
+		rec.awaitFrom(t, mark, fmt.Sprintf("lane %d's old incarnation stopped", lane), func(e knit.Event) bool {
+			return e.Lane == lane && e.To == knit.StateClosed
+		})
+	}
+	addConcurrentlyRemote(t, p, 400)
+	if where := onNode(p); where[nodes[0].addr] != 2 || where[again.addr] != 2 {
+		t.Errorf("lanes per node once the node is back: %v", where)
+	}
+}
+
+// addConcurrentlyRemote makes n add calls from 8 goroutines and checks every sum.
+func addConcurrentlyRemote(t *testing.T, p *knit.Pool, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || sum != int64(i+1) {
+					t.Errorf("add %d: %d, %v", i, sum, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestRemoteCloseWithNodeDown: Close returns with a node frozen (the worst case: no
+// connection breaks) and another killed; every lane ends closed.
+func TestRemoteCloseWithNodeDown(t *testing.T) {
+	nodes := startNodes(t, 3)
+	rec := newRecorder()
+	p := remotePool(t, knit.Config{Lanes: 3, KillGrace: 200 * time.Millisecond, OnEvent: rec.record}, nodes)
+	addConcurrentlyRemote(t, p, 100)
+	if err := syscall.Kill(nodes[1].cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].kill()
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, l := range p.Stats().Lanes {
+		// The killed node's lane may have been waiting for its restart.
+		if l.State == knit.StateReady || l.State == knit.StateBooting || l.State == knit.StateStopping {
+			t.Errorf("lane %d is %s after Close", l.Lane, l.State)
+		}
+	}
+	_ = syscall.Kill(nodes[1].cmd.Process.Pid, syscall.SIGCONT)
+}
+
+// TestRemoteUnreachable: a node nobody listens for, or one that never answers, fails
+// NewPool with WORKER_STARTUP_FAILED saying so, within StartupTimeout.
+func TestRemoteUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := l.Addr().String() // accepts connections (the kernel does), never answers
+	defer l.Close()
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := l2.Addr().String()
+	l2.Close()
+	for _, c := range []struct{ addr, want string }{
+		{refused, "connection refused"},
+		{silent, "startup timeout"},
+	} {
+		_, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Remote, Remote: knit.RemoteConfig{Nodes: []string{c.addr}},
+			StartupTimeout: time.Second, Logger: quiet()}, add)
+		wantCode(t, c.addr, err, knit.CodeStartupFailed)
+		if !strings.Contains(err.Error(), c.addr) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewPool with node %s: %v, want it named and %q", c.addr, err, c.want)
+		}
+	}
 }

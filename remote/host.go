@@ -326,7 +326,7 @@ type link struct {
 	est     bool                      // a lane of the session has reported (Ready or Failed)
 	tried   time.Time                 // the last connection attempt, and its error
 	tryErr  error
-	connMu  sync.Mutex // one connection attempt at a time
+	attempt *attempt // the connection attempt under way
 	nonce   uint64
 
 	heard atomic.Int64 // Unix ns of the last frame of the current session
@@ -356,10 +356,24 @@ func (k *link) setState(s int, why string) {
 const retryGap = 100 * time.Millisecond
 
 // connect brings the link up, if it is not: a dial check (for a clear error), then a new
-// session whose first pong proves the node's agent answers. It returns the session.
+// session whose first pong proves the node's agent answers. Callers share one attempt,
+// which runs on its own (ctx only bounds the caller's wait), and a failed attempt is the
+// answer for retryGap. It returns the session.
 func (k *link) connect(ctx context.Context) (Session, error) {
-	k.connMu.Lock()
-	defer k.connMu.Unlock()
+	n := k.n
+	n.mu.Lock() // before k.mu: place takes them in that order
+	if n.closed {
+		n.mu.Unlock()
+		return Session{}, errors.New("the pool is closing")
+	}
+	n.wg.Add(1) // for an attempt this call may start
+	n.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			n.wg.Done()
+		}
+	}()
 	k.mu.Lock()
 	if k.st == linkUp {
 		s := k.session
@@ -371,19 +385,51 @@ func (k *link) connect(ctx context.Context) (Session, error) {
 		k.mu.Unlock()
 		return Session{}, err
 	}
-	k.mu.Unlock()
-	err := k.n.ep.Check(ctx, k.addr)
-	var s Session
-	if err == nil {
-		s, err = k.handshake(ctx)
+	att := k.attempt
+	if att == nil {
+		att = &attempt{done: make(chan struct{})}
+		k.attempt, started = att, true
+		go k.try(att)
 	}
+	k.mu.Unlock()
+	select {
+	case <-att.done:
+		return att.s, att.err
+	case <-ctx.Done():
+		return Session{}, ctx.Err()
+	}
+}
+
+// attempt is one connection attempt, which every caller of connect meanwhile waits for.
+type attempt struct {
+	done chan struct{}
+	s    Session
+	err  error
+}
+
+func (k *link) try(att *attempt) {
+	defer k.n.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-k.n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := k.n.ep.Check(ctx, k.addr)
+	if err == nil {
+		att.s, err = k.handshake(ctx)
+	}
+	att.err = err
 	k.mu.Lock()
-	k.tried, k.tryErr = time.Now(), err
+	k.tried, k.tryErr, k.attempt = time.Now(), err, nil
 	if err != nil && k.st != linkUp {
 		k.setState(linkDown, err.Error())
 	}
 	k.mu.Unlock()
-	return s, err
+	close(att.done)
 }
 
 // handshake starts a new session and waits for its first pong.
@@ -573,16 +619,7 @@ func (k *link) run() {
 				continue
 			}
 			lastProbe = time.Now()
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() { // Close must not wait for a dial
-				select {
-				case <-k.n.stop:
-				case <-ctx.Done():
-				}
-				cancel()
-			}()
-			_, _ = k.connect(ctx)
-			cancel()
+			_, _ = k.connect(context.Background()) // an attempt ends with Close
 		}
 	}
 }
