@@ -3,8 +3,17 @@ package knit_test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -17,10 +26,19 @@ import (
 	"testing"
 	"time"
 
+	paactor "github.com/asynkron/protoactor-go/actor"
+	paremote "github.com/asynkron/protoactor-go/remote"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/knitgo/knit"
+	"github.com/knitgo/knit/remote"
 )
 
 // Remote lanes: pools whose lanes run on nodes, here three node processes on loopback, each
@@ -45,6 +63,9 @@ func TestRemoteNodeHelper(t *testing.T) {
 	enc.TimeKey = ""
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(os.Stdout), zapcore.DebugLevel))
 	cfg := knit.NodeConfig{Addr: addr, Logger: log, Liveness: 2 * time.Second}
+	if dir := os.Getenv(envNodeTLS); dir != "" {
+		cfg.TLS = loadTLS(t, dir, "node")
+	}
 	if err := knit.ServeNode(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -561,5 +582,354 @@ func TestRemoteUnreachable(t *testing.T) {
 		if !strings.Contains(err.Error(), c.addr) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewPool with node %s: %v, want it named and %q", c.addr, err, c.want)
 		}
+	}
+}
+
+// A host in a child process: its endpoint, and so its TLS settings, are its own (a process's
+// pools share one endpoint).
+
+const (
+	envHost  = "KNIT_TEST_REMOTE_HOST" // what the helper host does: calls, nocert, plain, hold
+	envNodes = "KNIT_TEST_NODES"       // the nodes it uses, comma-separated
+)
+
+// TestRemoteHostHelper is a host when KNIT_TEST_REMOTE_HOST says so. It prints one line,
+// "result: ok" or "result: " and the error, except in mode hold, which prints "result:
+// ready" once its pool serves and then waits to be killed.
+func TestRemoteHostHelper(t *testing.T) {
+	mode := os.Getenv(envHost)
+	if mode == "" {
+		t.Skip("a host of the remote tests: runs when " + envHost + " is set")
+	}
+	cfg := knit.Config{Lanes: 2, Runtime: knit.Remote, Logger: quiet(), StartupTimeout: 10 * time.Second,
+		Remote: knit.RemoteConfig{Nodes: strings.Split(os.Getenv(envNodes), ",")}}
+	dir := os.Getenv(envNodeTLS)
+	switch mode {
+	case "calls":
+		if dir != "" {
+			cfg.Remote.TLS = loadTLS(t, dir, "host")
+		}
+	case "nocert":
+		cfg.Remote.TLS = loadTLS(t, dir, "host")
+		cfg.Remote.TLS.Certificates = nil
+	case "othercert":
+		cfg.Remote.TLS = loadTLS(t, dir, "rogue")
+	}
+	p, err := knit.NewPool(cfg, add)
+	if err != nil {
+		fmt.Printf("result: %v\n", err)
+		return
+	}
+	defer p.Close(context.Background())
+	if mode == "hold" {
+		fmt.Println("result: ready")
+		select {}
+	}
+	for i := range 100 {
+		if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 2}); err != nil || sum != int64(i+2) {
+			fmt.Printf("result: add %d: %d, %v\n", i, sum, err)
+			return
+		}
+	}
+	fmt.Println("result: ok")
+}
+
+// runHost runs the helper host in mode against nodes and returns its result line.
+func runHost(t *testing.T, mode string, nodes []*testNode, env ...string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestRemoteHostHelper$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), envHost+"="+mode, envNodes+"="+strings.Join(addrs(nodes), ",")), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	for _, l := range strings.Split(string(out), "\n") {
+		if r, ok := strings.CutPrefix(l, "result: "); ok {
+			return r
+		}
+	}
+	t.Fatalf("host %s: no result (%v): %s", mode, err, out)
+	return ""
+}
+
+// Certificates: a CA, and certificates it signs for 127.0.0.1 with both usages, for the
+// nodes and the hosts; a rogue one signed by another CA.
+
+func writeCerts(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caKey := newCert(t, nil, nil, "knit test CA")
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
+	for _, name := range []string{"node", "host"} {
+		c, k := newCert(t, ca, caKey, name)
+		writePEM(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", c.Raw)
+		writeKey(t, filepath.Join(dir, name+"-key.pem"), k)
+	}
+	other, otherKey := newCert(t, nil, nil, "another CA")
+	c, k := newCert(t, other, otherKey, "rogue")
+	writePEM(t, filepath.Join(dir, "rogue.pem"), "CERTIFICATE", c.Raw)
+	writeKey(t, filepath.Join(dir, "rogue-key.pem"), k)
+	return dir
+}
+
+// newCert makes a certificate signed by parent (nil: a self-signed CA).
+func newCert(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+	}
+	signer, signKey := tmpl, key
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
+	} else {
+		signer, signKey = parent, parentKey
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		tmpl.DNSNames = []string{"localhost"}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeKey(t *testing.T, path string, k *ecdsa.PrivateKey) {
+	t.Helper()
+	der, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, path, "EC PRIVATE KEY", der)
+}
+
+// loadTLS is the TLS configuration of name (node, host or rogue) in dir: its certificate,
+// and the test CA as the roots it trusts.
+func loadTLS(t *testing.T, dir, name string) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ClientCAs: roots}
+}
+
+// TestRemoteTLS: with mutual TLS, a host with a certificate the nodes trust serves; one
+// without a certificate, with one another CA signed, or without TLS at all is refused
+// (NewPool fails naming the node), and the nodes serve on.
+func TestRemoteTLS(t *testing.T) {
+	dir := writeCerts(t)
+	nodes := startNodes(t, 2, envNodeTLS+"="+dir)
+	if r := runHost(t, "calls", nodes, envNodeTLS+"="+dir); r != "ok" {
+		t.Errorf("a host with a trusted certificate: %s", r)
+	}
+	for _, mode := range []string{"nocert", "othercert", "plain"} {
+		env := envNodeTLS + "=" + dir
+		if mode == "plain" {
+			env = envNodeTLS + "="
+		}
+		r := runHost(t, mode, nodes, env)
+		if !strings.Contains(r, "WORKER_STARTUP_FAILED") || !strings.Contains(r, nodes[0].addr) && !strings.Contains(r, nodes[1].addr) {
+			t.Errorf("a host %s: %s, want its start refused", mode, r)
+		}
+		t.Logf("%s: %s", mode, r)
+	}
+	if r := runHost(t, "calls", nodes, envNodeTLS+"="+dir); r != "ok" {
+		t.Errorf("a trusted host after the refused ones: %s", r)
+	}
+}
+
+// TestRemoteHostKilledFenced: a node whose host dies drops the host's lanes (fencing): it
+// kills their processes, and none is left.
+func TestRemoteHostKilledFenced(t *testing.T) {
+	node := startNode(t, "127.0.0.1:0")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestRemoteHostHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envHost+"=hold", envNodes+"="+node.addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "result: ready" {
+	}
+	if len(node.children()) == 0 {
+		t.Fatal("the node runs no lane for the host")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	node.await(`"msg":"host session fenced`)
+	node.await(`"msg":"host session closed`)
+	if kids := node.children(); len(kids) > 0 {
+		t.Errorf("lane processes left on the node after its host died: %v", kids)
+	}
+}
+
+// TestRemoteHostilePeer: whatever a peer sends a node — message types nobody registered,
+// indices outside a batch's tables, another serializer, a system message that would stop
+// its agent, a remote spawn, frames for other actors, frames that do not decode, a unary
+// call protoactor never implemented, bytes that are no gRPC at all — the node neither
+// crashes nor stops serving.
+func TestRemoteHostilePeer(t *testing.T) {
+	node := startNode(t, "127.0.0.1:0")
+	conn, err := grpc.Dial(node.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := paremote.NewRemotingClient(conn)
+	marshal := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	agent := &paactor.PID{Address: node.addr, Id: remote.AgentName}
+	bytesType := "google.protobuf.BytesValue"
+	frame := marshal(wrapperspb.Bytes(remote.AppendHeader(nil, remote.KindPing, remote.Session{}, 0, 0)))
+	refused := []struct {
+		what  string
+		batch *paremote.MessageBatch
+	}{
+		{"a message type nobody registered", &paremote.MessageBatch{TypeNames: []string{"no.such.Type"}, Targets: []*paactor.PID{agent},
+			Envelopes: []*paremote.MessageEnvelope{{MessageData: []byte{1, 2, 3}}}}},
+		{"a type index out of range", &paremote.MessageBatch{TypeNames: []string{bytesType}, Targets: []*paactor.PID{agent},
+			Envelopes: []*paremote.MessageEnvelope{{TypeId: 7, MessageData: frame}}}},
+		{"a target index out of range", &paremote.MessageBatch{TypeNames: []string{bytesType}, Targets: []*paactor.PID{agent},
+			Envelopes: []*paremote.MessageEnvelope{{Target: 5, MessageData: frame}}}},
+		{"a sender index out of range", &paremote.MessageBatch{TypeNames: []string{bytesType}, Targets: []*paactor.PID{agent},
+			Envelopes: []*paremote.MessageEnvelope{{Sender: 3, MessageData: frame}}}},
+		{"another serializer", &paremote.MessageBatch{TypeNames: []string{bytesType}, Targets: []*paactor.PID{agent},
+			Envelopes: []*paremote.MessageEnvelope{{SerializerId: 9, MessageData: frame}}}},
+		{"a system message stopping the agent", &paremote.MessageBatch{TypeNames: []string{"actor.Stop"}, Targets: []*paactor.PID{agent},
+			Envelopes: []*paremote.MessageEnvelope{{MessageData: marshal(&paactor.Stop{})}}}},
+		{"a remote spawn", &paremote.MessageBatch{TypeNames: []string{"remote.ActorPidRequest"},
+			Targets:   []*paactor.PID{{Address: node.addr, Id: "activator"}},
+			Envelopes: []*paremote.MessageEnvelope{{MessageData: marshal(&paremote.ActorPidRequest{Kind: "nope", Name: "x"})}}}},
+		{"a frame for another actor", &paremote.MessageBatch{TypeNames: []string{bytesType},
+			Targets:   []*paactor.PID{{Address: node.addr, Id: "EndpointSupervisor"}},
+			Envelopes: []*paremote.MessageEnvelope{{MessageData: frame}}}},
+	}
+	connect := func() paremote.Remoting_ReceiveClient {
+		// A bound far beyond the cut, which comes at once: a stream not cut fails the
+		// test rather than hang it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		t.Cleanup(cancel)
+		stream, err := client.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = stream.Send(&paremote.RemoteMessage{MessageType: &paremote.RemoteMessage_ConnectRequest{
+			ConnectRequest: &paremote.ConnectRequest{ConnectionType: &paremote.ConnectRequest_ServerConnection{
+				ServerConnection: &paremote.ServerConnection{SystemId: "hostile", Address: "127.0.0.1:1"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		return stream
+	}
+	for _, c := range refused {
+		stream := connect()
+		if err := stream.Send(&paremote.RemoteMessage{MessageType: &paremote.RemoteMessage_MessageBatch{MessageBatch: c.batch}}); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if _, err := stream.Recv(); err == nil || status.Code(err) == codes.DeadlineExceeded {
+			t.Errorf("%s: the stream was not cut (%v)", c.what, err)
+		}
+		select {
+		case <-node.exit:
+			t.Fatalf("%s: the node exited", c.what)
+		default:
+		}
+	}
+	// Frames the guard lets through, for the agent, that do not decode or mean nothing: the
+	// agent drops them.
+	var junk [][]byte
+	rnd := mrand.New(mrand.NewPCG(1, 2))
+	for range 64 {
+		b := make([]byte, rnd.IntN(256))
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+		junk = append(junk, b)
+	}
+	valid := [][]byte{
+		remote.AppendOpen(remote.AppendHeader(nil, remote.KindOpen, remote.Session{1}, 0, 0), &remote.Open{Reply: "127.0.0.1:1", ReplyActor: "nope"}),
+		remote.AppendHeader(nil, remote.KindCalls, remote.Session{2}, 0, 0),
+		remote.AppendHeader(nil, remote.KindResults, remote.Session{3}, 0, 0),
+		remote.AppendHeader(nil, remote.KindBye, remote.Session{4}, 0, 0),
+	}
+	for _, v := range valid {
+		junk = append(junk, v)
+		for range 16 { // and mutations of it
+			m := append([]byte(nil), v...)
+			m[rnd.IntN(len(m))] ^= byte(1 + rnd.IntN(255))
+			junk = append(junk, m[:rnd.IntN(len(m)+1)])
+		}
+	}
+	stream := connect()
+	for _, j := range junk {
+		batch := &paremote.MessageBatch{TypeNames: []string{bytesType}, Targets: []*paactor.PID{agent},
+			Envelopes: []*paremote.MessageEnvelope{{MessageData: marshal(wrapperspb.Bytes(j))}}}
+		if err := stream.Send(&paremote.RemoteMessage{MessageType: &paremote.RemoteMessage_MessageBatch{MessageBatch: batch}}); err != nil {
+			t.Fatalf("junk frames: %v", err)
+		}
+	}
+	_ = stream.CloseSend()
+	if _, err := client.ListProcesses(context.Background(), &paremote.ListProcessesRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("ListProcesses: %v, want Unimplemented", err)
+	}
+	raw, err := net.Dial("tcp", node.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = raw.Write(junk[0])
+	_, _ = raw.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	raw.Close()
+	// The node is alive, and serves a pool.
+	p := remotePool(t, knit.Config{Lanes: 2}, []*testNode{node})
+	addConcurrentlyRemote(t, p, 200)
+	select {
+	case <-node.exit:
+		t.Fatal("the node exited")
+	default:
 	}
 }
