@@ -130,7 +130,7 @@ func TestAPIDeclaredInKnit(t *testing.T) {
 // downward); commands and examples sit above the root, and so does inspect, the optional
 // HTTP inspector, which uses the root's public API only. The root holds the pool and its
 // public types; the internal/ packages are the bottom layer.
-var layers = []string{"cmd/", "examples/", "inspect", "", "supervisor", "lifecycle", "actors", "steal", "fastpath", "internal/"}
+var layers = []string{"cmd/", "examples/", "inspect", "", "remote", "supervisor", "lifecycle", "actors", "steal", "fastpath", "internal/"}
 
 func layerOf(t *testing.T, pkg string) int {
 	rel, ok := strings.CutPrefix(pkg, "github.com/knitgo/knit")

@@ -223,8 +223,14 @@ func (h *nodeHost) StartLane(idx, inc int, out remote.LaneOut) (remote.NodeLane,
 	h.starting.Add(1)
 	h.mu.Unlock()
 	defer h.starting.Done()
-	if idx < 0 || idx >= h.p.laneCount() {
-		return nil, fmt.Errorf("lane %d of a pool of %d", idx, h.p.laneCount())
+	if idx < 0 || idx >= maxLanes {
+		return nil, fmt.Errorf("lane %d of a pool of at most %d", idx, maxLanes)
+	}
+	for { // the host's pool may have grown (Resize) since the session began
+		n := h.p.size.Load()
+		if int(n) > idx || h.p.size.CompareAndSwap(n, int32(idx+1)) {
+			break
+		}
 	}
 	w, err := host{h.p}.StartLane(idx, inc)
 	if err != nil {

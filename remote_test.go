@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -932,4 +933,61 @@ func TestRemoteHostilePeer(t *testing.T) {
 		t.Fatal("the node exited")
 	default:
 	}
+}
+
+// remoteHang ignores its context: only a kill ends it.
+var remoteHang = knit.Define("test.remote.hang", func(context.Context, int) (int, error) {
+	time.Sleep(time.Hour)
+	return 0, nil
+}, knit.HardTimeout(300*time.Millisecond))
+
+// TestRemoteLaneLife: a remote lane's life as a local one's: a call whose caller gives up is
+// cancelled on its node (the lane is free again), a hard timeout kills the lane on its node
+// (WORKER_CRASHED) and it restarts, recycles (MaxCallsPerLane) lose no call, and Resize adds
+// and removes lanes.
+func TestRemoteLaneLife(t *testing.T) {
+	nodes := startNodes(t, 2)
+	rec := newRecorder()
+	p := remotePool(t, knit.Config{Lanes: 1, MaxCallsPerLane: 150, OnEvent: rec.record}, nodes, add, sleepy, remoteHang)
+	ctx, cancel := context.WithCancel(context.Background())
+	fut := sleepy.Go(ctx, p, 0)
+	for p.Stats().Lanes[0].InFlight == 0 {
+		runtime.Gosched() // the call is on its way to the lane
+	}
+	cancel()
+	if _, err := fut.Wait(); !errors.Is(err, knit.ErrCanceled) {
+		t.Errorf("a cancelled call: %v", err)
+	}
+	// One lane: it answers only once the cancelled task has ended on its node.
+	if sum, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || sum != 3 {
+		t.Fatalf("after a cancelled call: %d, %v", sum, err)
+	}
+
+	mark := rec.mark()
+	if _, err := remoteHang.Call(context.Background(), p, 0); !errors.Is(err, knit.ErrTimeout) {
+		t.Errorf("a call past its hard timeout: %v", err)
+	}
+	e := rec.awaitFrom(t, mark, "lane 0 killed for the hard timeout", func(e knit.Event) bool {
+		return e.Lane == 0 && e.To == knit.StateCrashed
+	})
+	if e.Code != knit.CodeWorkerCrashed || !strings.Contains(e.Reason, "hard timeout") {
+		t.Errorf("lane 0 ended %s: %s", e.Code, e.Reason)
+	}
+	rec.awaitFrom(t, mark, "lane 0 back", func(e knit.Event) bool { return e.Lane == 0 && e.To == knit.StateReady })
+
+	mark = rec.mark()
+	addConcurrentlyRemote(t, p, 600) // 150 calls a lane incarnation: recycled on the way
+	rec.awaitFrom(t, mark, "a recycle", func(e knit.Event) bool { return e.Lane == 0 && e.To == knit.StateRecycling })
+
+	if err := p.Resize(context.Background(), 4); err != nil {
+		t.Fatal(err)
+	}
+	addConcurrentlyRemote(t, p, 200)
+	if where := onNode(p); where[nodes[0].addr] != 2 || where[nodes[1].addr] != 2 {
+		t.Errorf("lanes per node after growing to 4: %v", where)
+	}
+	if err := p.Resize(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	addConcurrentlyRemote(t, p, 100)
 }

@@ -222,7 +222,10 @@ func start(listen string, tlsCfg *tls.Config, log *zap.Logger) (*Endpoint, error
 	// failure): knit dials it itself first (Check), and retries on its own schedule.
 	rc.MaxRetryCount = 1
 	slogger := protoactorLog(log)
-	e.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }))
+	// protoactor starts a goroutine per dead-letter burst that lives for the throttle
+	// interval (1 s by default): frames to a pool that has just closed are dead letters.
+	e.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slogger }),
+		actor.WithDeadLetterThrottleInterval(10*time.Millisecond))
 	e.r = remote.NewRemote(e.sys, rc)
 	if err := e.startRemote(); err != nil {
 		e.sys.Shutdown()
