@@ -46,6 +46,10 @@ func runChildIfRequested() (exitCode int, isChild bool) {
 		return idleChildMain(), true
 	case childHog:
 		return hogChildMain(), true
+	case childKnitNode:
+		return knitNodeMain(), true
+	case childProtoactorEcho:
+		return protoactorEchoMain(), true
 	default:
 		fmt.Fprintf(os.Stderr, "bench child: unknown %s=%q\n", childEnv, role)
 		return 2, true

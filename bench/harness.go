@@ -230,6 +230,7 @@ func allScenarios() []scenario {
 	all = append(all, knitScenarios()...)
 	all = append(all, knitSweepScenarios()...)
 	all = append(all, stealScenarios()...)
+	all = append(all, remoteScenarios()...)
 	return append(all, loadScenarios(all)...)
 }
 

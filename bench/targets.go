@@ -154,6 +154,7 @@ func computeTargets(results []result) []targetResult {
 	ts = append(ts, allocsTarget(rs, shapeRoundTrip), allocsTarget(rs, shapeGoroutines))
 	ts = append(ts, stealTargets(rs)...)
 	ts = append(ts, loadTargets(rs)...)
+	ts = append(ts, remoteTargets(rs)...)
 	return ts
 }
 

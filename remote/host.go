@@ -252,7 +252,11 @@ func (n *Nodes) onFrame(b []byte) {
 			return
 		}
 		k.pong(f.Session, known)
-	case KindReady, KindFailed, KindResults, KindEnded:
+	case KindResults:
+		if c != nil {
+			c.results(f)
+		}
+	case KindReady, KindFailed, KindEnded:
 		if c != nil {
 			c.post(f)
 		}

@@ -42,7 +42,7 @@ type incarnation struct {
 
 	// The inbox: what the endpoint's actor, the link and the pool hand the forwarder.
 	mu      sync.Mutex
-	frames  []Frame // Ready, Failed, Results, Ended frames of this incarnation, in order
+	frames  []Frame // Ready, Failed and Ended frames of this incarnation, in order
 	lostWhy string  // the node was lost
 	killWhy string  // end now: the host gave up on the lane (startup timeout, SIGKILL step)
 	hardWhy string  // kill on the node: a hard timeout; the end comes with the node's report
@@ -51,12 +51,19 @@ type incarnation struct {
 	kicked  chan struct{} // closed by kill: a connection attempt gives up
 	kickOne sync.Once
 
+	// Under mu too: the calls on the node, and the results. The endpoint's actor publishes
+	// results as their frames come (the return ring's one producer, with finish); the
+	// forwarder sends calls.
+	out      [2 * fastpath.Slots]sent // by sequence number mod 64: the calls on the node
+	nOut     int                      // calls sent and not published
+	pending  []Result                 // received, waiting for a return slot
+	brokeWhy string                   // a result broke the protocol: the forwarder ends the lane
+	starved  bool                     // the forwarder waits for room in its window
+	over     bool                     // the incarnation has ended: results are not published
+
 	// The forwarder's own state.
-	out       [2 * fastpath.Slots]sent // by sequence number mod 64: the calls on the node
-	nOut      int
 	lastSent  uint64
-	results   []Result // received, waiting for a return slot
-	ready2    bool     // the node reported ready
+	ready2    bool // the node reported ready
 	stopSent  bool
 	killSent  bool
 	acked     bool
@@ -190,16 +197,20 @@ func (c *incarnation) work() bool {
 	if !c.ready2 {
 		return false
 	}
-	if c.req.Poll() != 0 && c.room() > 0 {
+	c.mu.Lock()
+	room, nOut, pending := c.room(), c.nOut, len(c.pending)
+	c.mu.Unlock()
+	if pending > 0 || c.req.Poll() != 0 && room > 0 {
 		return true
 	}
-	return !c.acked && c.region.Stop().Load() == fastpath.StopRequested && c.nOut == 0
+	return !c.acked && c.region.Stop().Load() == fastpath.StopRequested && nOut == 0
 }
 
 // room is how many more calls the forwarder may send: a ring's worth are on the node or
 // wait for a return slot at most. (Results published and not drained yet do not count:
 // nobody rings the forwarder when the pool drains them. A result that finds the return
-// ring full waits, and the forwarder polls for room, as a lane's executor does.)
+// ring full waits, and the forwarder polls for room, as a lane's executor does.) Called
+// with mu held.
 func (c *incarnation) room() int { return fastpath.Slots - c.nOut }
 
 // end is how the incarnation ended: its error, and what had started on the node.
@@ -217,8 +228,11 @@ func (c *incarnation) run() {
 }
 
 func (c *incarnation) fail(code lifecycle.Code, format string, args ...any) *end {
+	c.mu.Lock()
+	busy := c.nOut > 0
+	c.mu.Unlock()
 	return &end{err: &lifecycle.Error{Code: code, Lane: c.idx, Message: fmt.Sprintf(format, args...)},
-		started: c.lastSent, busy: c.nOut > 0}
+		started: c.lastSent, busy: busy}
 }
 
 // serve connects, opens the lane on its node and forwards until the incarnation ends.
@@ -258,10 +272,12 @@ func (c *incarnation) serve() *end {
 	}
 }
 
-// parkTimeout: a forwarder holding results that found no room polls for it, as a lane
-// whose return ring is full does (nobody rings it when the host drains).
+// parkTimeout: results that found no room wait for it, polled for as a lane whose return
+// ring is full does (nobody rings anyone when the pool drains).
 func (c *incarnation) parkTimeout() time.Duration {
-	if len(c.results) > 0 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) > 0 {
 		return time.Millisecond
 	}
 	return 0
@@ -287,8 +303,18 @@ func (c *incarnation) step() *end {
 			return e
 		}
 	}
-	c.publish()
+	c.mu.Lock()
+	brokeWhy, published := c.brokeWhy, 0
+	if len(c.pending) > 0 {
+		published = c.publishLocked()
+	}
+	c.mu.Unlock()
+	if published > 0 {
+		c.region.Returns().Completion().Signal(c.doneBell)
+	}
 	switch {
+	case brokeWhy != "":
+		return c.broke(brokeWhy)
 	case lostWhy != "" && !c.ready2:
 		return c.fail(lifecycle.CodeStartupFailed, "%s", lostWhy)
 	case lostWhy != "":
@@ -345,21 +371,6 @@ func (c *incarnation) onFrame(f Frame, hardWhy string) *end {
 		}
 		_ = code // whatever the node says, a lane that did not start failed its start
 		return c.fail(lifecycle.CodeStartupFailed, "node %s: %s", c.k.addr, msg)
-	case KindResults:
-		it := f.Items()
-		for it.More() {
-			r := it.Result()
-			if it.Err() != nil {
-				break
-			}
-			if err := c.check(r); err != "" {
-				return c.broke(err)
-			}
-			c.results = append(c.results, r)
-		}
-		if err := it.Err(); err != nil {
-			return c.broke("results that do not decode: " + err.Error())
-		}
 	case KindEnded:
 		r, err := f.Ended()
 		if err != nil {
@@ -370,8 +381,44 @@ func (c *incarnation) onFrame(f Frame, hardWhy string) *end {
 	return nil
 }
 
+// results takes a Results frame, on the endpoint's actor goroutine: each result is checked
+// and published on the return ring at once, unless the ring is full (the forwarder then
+// polls for room). A result that breaks the protocol ends the lane (through the forwarder).
+func (c *incarnation) results(f Frame) {
+	c.mu.Lock()
+	if c.over || c.brokeWhy != "" {
+		c.mu.Unlock()
+		return
+	}
+	it := f.Items()
+	for it.More() {
+		r := it.Result()
+		if it.Err() != nil {
+			break
+		}
+		if why := c.check(r); why != "" {
+			c.brokeWhy = why
+			break
+		}
+		c.pending = append(c.pending, r)
+	}
+	if err := it.Err(); err != nil && c.brokeWhy == "" {
+		c.brokeWhy = "results that do not decode: " + err.Error()
+	}
+	published := c.publishLocked()
+	wake := c.brokeWhy != "" || len(c.pending) > 0 || c.starved && published > 0
+	c.starved = c.starved && published == 0
+	c.mu.Unlock()
+	if published > 0 {
+		c.region.Returns().Completion().Signal(c.doneBell)
+	}
+	if wake {
+		c.notify()
+	}
+}
+
 // check vets a result: it must answer a call the lane holds, once, with a known outcome and
-// a payload the return ring can hold.
+// a payload the return ring can hold. Called with mu held.
 func (c *incarnation) check(r Result) string {
 	s := &c.out[r.Seq%uint64(len(c.out))]
 	switch {
@@ -423,14 +470,12 @@ func (c *incarnation) ended(r Ended, hardWhy string) *end {
 	return e
 }
 
-// publish writes the results received into the return ring, as many as it has room for,
-// oldest first, and lets the pool know.
-func (c *incarnation) publish() {
-	if len(c.results) == 0 {
-		return
-	}
+// publishLocked writes the results received into the return ring, as many as it has room
+// for, oldest first, and returns how many; the caller rings the pool. Called with mu held:
+// the endpoint's actor and the forwarder's finish take turns as the ring's producer.
+func (c *incarnation) publishLocked() int {
 	n := 0
-	for _, r := range c.results {
+	for _, r := range c.pending {
 		i, ok := c.ret.Reserve()
 		if !ok {
 			break
@@ -453,12 +498,11 @@ func (c *incarnation) publish() {
 		c.nOut--
 		n++
 	}
-	if n == 0 {
-		return
+	if n > 0 {
+		c.pending = append(c.pending[:0], c.pending[n:]...)
+		c.ret.Flush()
 	}
-	c.results = append(c.results[:0], c.results[n:]...)
-	c.ret.Flush()
-	c.region.Returns().Completion().Signal(c.doneBell)
+	return n
 }
 
 // forward sends the calls waiting in the request ring, as many as the window allows, in
@@ -468,8 +512,11 @@ func (c *incarnation) forward() {
 	if pending == 0 {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	room := c.room()
 	if room <= 0 {
+		c.starved = true // the endpoint's actor rings once results free room
 		return
 	}
 	frame := c.header(KindCalls)
@@ -517,6 +564,9 @@ func (c *incarnation) forward() {
 		}
 	}
 	c.req.Retire(mask)
+	if mask != pending {
+		c.starved = true // calls wait for room: the endpoint's actor rings once results free some
+	}
 	if items > 0 {
 		c.send(frame)
 	}
@@ -529,6 +579,8 @@ func (c *incarnation) forward() {
 // gave up), once each.
 func (c *incarnation) cancelAborted() {
 	c.abortSeen.Store(c.region.AbortWake().Load()) // before the bits: a later raise moves it again
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var frame []byte
 	for i := range c.out {
 		s := &c.out[i]
@@ -550,7 +602,13 @@ func (c *incarnation) cancelAborted() {
 // lane takes nothing more) and asks the node to stop the lane; the lane ends when the node
 // reports it has.
 func (c *incarnation) stopIfAsked() {
-	if c.acked || c.region.Stop().Load() != fastpath.StopRequested || c.nOut > 0 || c.req.Poll() != 0 {
+	if c.acked || c.region.Stop().Load() != fastpath.StopRequested || c.req.Poll() != 0 {
+		return
+	}
+	c.mu.Lock()
+	nOut := c.nOut
+	c.mu.Unlock()
+	if nOut > 0 {
 		return
 	}
 	c.acked = true
@@ -568,16 +626,21 @@ const endPatience = 5 * time.Second
 
 // finish publishes what it can of the results received, and ends the incarnation.
 func (c *incarnation) finish(e *end) {
-	if c.ready2 && len(c.results) > 0 {
-		since := latency.Now()
-		for len(c.results) > 0 && latency.Now()-since < endPatience {
-			c.publish()
-			if len(c.results) > 0 {
-				c.doneBell.Wake(c.region.Returns().Completion().Word())
-				time.Sleep(time.Millisecond) // waiting for the pool to drain: nobody rings
-			}
+	since := latency.Now()
+	c.mu.Lock()
+	for c.ready2 && len(c.pending) > 0 && latency.Now()-since < endPatience {
+		if c.publishLocked() > 0 {
+			c.region.Returns().Completion().Signal(c.doneBell)
+		}
+		if len(c.pending) > 0 {
+			c.mu.Unlock()
+			c.doneBell.Wake(c.region.Returns().Completion().Word())
+			time.Sleep(time.Millisecond) // waiting for the pool to drain: nobody rings
+			c.mu.Lock()
 		}
 	}
+	c.over = true
+	c.mu.Unlock()
 	if c.launch.Stopping() && e.err.Code != lifecycle.CodeStartupFailed && e.err.Code != lifecycle.CodeThreadClosed {
 		// Asked to stop: however it ended, it was stopped (what lifecycle.Classify says
 		// of a process lane killed after a stop request).
