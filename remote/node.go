@@ -256,6 +256,7 @@ type session struct {
 	mu     sync.Mutex
 	lanes  map[laneID]*nodeLane
 	fenced bool
+	why    string // why it was fenced
 	// The outbox: frames for the host, in order, a lane's results gathered into one
 	// Results frame until something else of that lane follows.
 	out   [][]byte
@@ -349,7 +350,7 @@ func (s *session) fence(why string) {
 		s.mu.Unlock()
 		return
 	}
-	s.fenced = true
+	s.fenced, s.why = true, why
 	s.mu.Unlock()
 	s.a.mu.Lock()
 	if s.a.sessions[s.id] == s {
@@ -486,6 +487,14 @@ func (l *nodeLane) Ended(e *Ended) {
 	}
 	l.ended = true
 	l.mu.Unlock()
+	l.s.mu.Lock()
+	fenced, why := l.s.fenced, l.s.why
+	l.s.mu.Unlock()
+	if fenced { // killed by the fence: the host, should it hear, counts it as its node lost
+		r := *e
+		r.Code, r.Message, r.Normal = string(lifecycle.CodeNodeLost), "the node dropped this host's lanes: "+why, false
+		e = &r
+	}
 	l.s.control(l.id, AppendEnded(AppendHeader(nil, KindEnded, l.s.id, l.id.lane, l.id.inc), e))
 	l.s.drop(l)
 }
