@@ -198,7 +198,7 @@ func (c *incarnation) work() bool {
 		return false
 	}
 	c.mu.Lock()
-	room, nOut, pending := c.room(), c.nOut, len(c.pending)
+	room, nOut, pending := c.sendable(), c.nOut, len(c.pending)
 	c.mu.Unlock()
 	if pending > 0 || c.req.Poll() != 0 && room > 0 {
 		return true
@@ -212,6 +212,17 @@ func (c *incarnation) work() bool {
 // ring full waits, and the forwarder polls for room, as a lane's executor does.) Called
 // with mu held.
 func (c *incarnation) room() int { return fastpath.Slots - c.nOut }
+
+// sendable is how many calls the forwarder sends now: its room, except that once the window
+// has filled it waits until half of it is free again, or nothing is left on the node (a
+// window refilled a call at a time would cost a frame a call). Called with mu held.
+func (c *incarnation) sendable() int {
+	room := c.room()
+	if c.starved && room < fastpath.Slots/2 && c.nOut > len(c.pending) {
+		return 0
+	}
+	return room
+}
 
 // end is how the incarnation ended: its error, and what had started on the node.
 type end struct {
@@ -406,8 +417,10 @@ func (c *incarnation) results(f Frame) {
 		c.brokeWhy = "results that do not decode: " + err.Error()
 	}
 	published := c.publishLocked()
-	wake := c.brokeWhy != "" || len(c.pending) > 0 || c.starved && published > 0
-	c.starved = c.starved && published == 0
+	// A forwarder waiting for room in its window is rung once half the window is free, or
+	// nothing is left on the node: rung for every result, it would send a frame a call.
+	room := c.starved && published > 0 && c.sendable() > 0
+	wake := c.brokeWhy != "" || len(c.pending) > 0 || room
 	c.mu.Unlock()
 	if published > 0 {
 		c.region.Returns().Completion().Signal(c.doneBell)
@@ -514,7 +527,7 @@ func (c *incarnation) forward() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	room := c.room()
+	room := c.sendable()
 	if room <= 0 {
 		c.starved = true // the endpoint's actor rings once results free room
 		return
@@ -564,9 +577,8 @@ func (c *incarnation) forward() {
 		}
 	}
 	c.req.Retire(mask)
-	if mask != pending {
-		c.starved = true // calls wait for room: the endpoint's actor rings once results free some
-	}
+	// Calls left waiting for room: the endpoint's actor rings once results free enough.
+	c.starved = mask != pending
 	if items > 0 {
 		c.send(frame)
 	}
