@@ -451,9 +451,13 @@ func (k *link) handshake(ctx context.Context) (Session, error) {
 	wait := k.n.cfg.Liveness
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	again := time.NewTicker(max(wait/4, time.Millisecond)) // a ping lost with a first connection
+	defer again.Stop()
+	k.ping(s)
 	for {
-		k.ping(s)
 		select {
+		case <-again.C:
+			k.ping(s)
 		case <-changed:
 			k.mu.Lock()
 			st, cur := k.st, k.session
