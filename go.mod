@@ -18,6 +18,7 @@ require (
 	go.uber.org/zap/exp v0.3.0
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
+	google.golang.org/grpc v1.60.1
 	google.golang.org/protobuf v1.36.12
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78
 )
@@ -59,5 +60,4 @@ require (
 	golang.org/x/exp v0.0.0-20241108190413-2d47ceb2692f // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20231002182017-d307bd883b97 // indirect
-	google.golang.org/grpc v1.60.1 // indirect
 )
