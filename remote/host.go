@@ -177,7 +177,7 @@ func (n *Nodes) Open(idx, inc int) (lifecycle.Incarnation, error) {
 	}
 	c := &incarnation{n: n, idx: idx, inc: inc, region: r, laneBell: fastpath.NewChanBell(),
 		doneBell: fastpath.NewChanBell(), ready: make(chan struct{}), kicked: make(chan struct{})}
-	c.wake, c.req, c.ret = r.LaneWake(), r.Requests().Consumer(), r.Returns().Producer()
+	c.wake, c.req, c.ret, c.stats = r.LaneWake(), r.Requests().Consumer(), r.Returns().Producer(), r.Stats()
 	c.aborts = r.Aborts()
 	c.abortSeen.Store(r.AbortWake().Load())
 	// Armed from the start: the pool's reaper sleeps on the doorbell until the lane is ready

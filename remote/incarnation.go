@@ -35,6 +35,7 @@ type incarnation struct {
 	wake     *fastpath.Wake
 	req      *fastpath.Consumer
 	ret      *fastpath.Producer
+	stats    fastpath.Stats
 	aborts   fastpath.Bitmap
 	launch   lifecycle.Launch
 	ready    chan struct{}
@@ -507,6 +508,12 @@ func (c *incarnation) publishLocked() int {
 		s.SetFlags(r.Outcome)
 		s.SetSeq(r.Ran)
 		c.ret.Stage(i)
+		// The lane's counters, as an executor keeps them (Stats, recycling).
+		if actors.Outcome(r.Outcome) == actors.OK {
+			c.stats.Completed.Add(1)
+		} else {
+			c.stats.Failed.Add(1)
+		}
 		*sl = sent{}
 		c.nOut--
 		n++
