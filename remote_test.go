@@ -308,6 +308,53 @@ func TestRemoteAnswers(t *testing.T) {
 	_ = errors.New
 }
 
+// TestRemoteWindow keeps a window of 1024 futures in flight over two remote lanes, each
+// settled future replaced by a new call at once, so that each lane's window of 32 calls on
+// its node fills and drains thousands of times with calls waiting behind it: every call
+// settles with its own result. (It hung when a forward filled the window to its last slot
+// and the forwarder parked without asking to be rung when results freed room.)
+func TestRemoteWindow(t *testing.T) {
+	nodes := startNodes(t, 1)
+	p := remotePool(t, knit.Config{Lanes: 2}, nodes)
+	ctx := context.Background()
+	const w, n = 1024, 20000
+	ring := make([]*knit.Future[int64], w)
+	for i := range w {
+		ring[i] = add.Go(ctx, p, [2]int64{int64(i), 1})
+	}
+	for i := range n {
+		v, err := ring[i%w].Wait()
+		if err != nil || v != int64(i+1) {
+			t.Fatalf("call %d: %d, %v", i, v, err)
+		}
+		if i+w < n {
+			ring[i%w] = add.Go(ctx, p, [2]int64{int64(i + w), 1})
+		}
+	}
+	out, err := add.Map(ctx, p, func() [][2]int64 {
+		in := make([][2]int64, 5000)
+		for i := range in {
+			in[i] = [2]int64{int64(i), 2}
+		}
+		return in
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out {
+		if v != int64(i+2) {
+			t.Fatalf("Map item %d: %d", i, v)
+		}
+	}
+	var done int64
+	for _, l := range p.Stats().Lanes {
+		done += int64(l.TotalCompleted)
+	}
+	if done < n+5000 {
+		t.Errorf("the lanes report %d calls completed, want %d at least", done, n+5000)
+	}
+}
+
 // remoteLoad runs chaosOnce and chaosIdem calls (alternately, by id) from goroutines until
 // stopped, keeping each call's error.
 type remoteLoad struct {

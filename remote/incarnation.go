@@ -198,13 +198,23 @@ func (c *incarnation) work() bool {
 	if !c.ready2 {
 		return false
 	}
+	calls := c.req.Poll() != 0
 	c.mu.Lock()
-	room, nOut, pending := c.sendable(), c.nOut, len(c.pending)
-	c.mu.Unlock()
-	if pending > 0 || c.req.Poll() != 0 && room > 0 {
+	defer c.mu.Unlock()
+	room := c.sendable()
+	if calls && room == 0 {
+		// The forwarder parks with calls waiting and no room in its window: it is starved,
+		// and the endpoint's actor must ring it once results free room (results). Without
+		// the mark, a window filled to the last slot by a forward that sent every call it
+		// saw would park here unmarked, and results would free room without ringing: the
+		// pool rang while the forwarder was awake, so no ring was left for it.
+		c.starved = true
+	}
+	if len(c.pending) > 0 || calls && room > 0 {
 		return true
 	}
-	return !c.acked && c.region.Stop().Load() == fastpath.StopRequested && nOut == 0
+	// A stop request waits for the last call on the node; results ring for it (results).
+	return !c.acked && c.nOut == 0 && c.region.Stop().Load() == fastpath.StopRequested
 }
 
 // room is how many more calls the forwarder may send: a ring's worth are on the node or
@@ -421,7 +431,9 @@ func (c *incarnation) results(f Frame) {
 	// A forwarder waiting for room in its window is rung once half the window is free, or
 	// nothing is left on the node: rung for every result, it would send a frame a call.
 	room := c.starved && published > 0 && c.sendable() > 0
-	wake := c.brokeWhy != "" || len(c.pending) > 0 || room
+	// A stop request waits for the window to empty (stopIfAsked): the last result rings.
+	stop := published > 0 && c.nOut == 0 && c.region.Stop().Load() == fastpath.StopRequested
+	wake := c.brokeWhy != "" || len(c.pending) > 0 || room || stop
 	c.mu.Unlock()
 	if published > 0 {
 		c.region.Returns().Completion().Signal(c.doneBell)
