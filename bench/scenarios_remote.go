@@ -248,7 +248,7 @@ func protoactorEchoMain() int {
 func newActorRemote(dir string) (*actor.ActorSystem, *remote.Remote, error) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
-	}))
+	}), actor.WithDeadLetterThrottleInterval(10*time.Millisecond))
 	opts := []remote.ConfigOption{remote.WithEndpointWriterQueueSize(4096), remote.WithEndpointManagerQueueSize(4096)}
 	if dir != "" {
 		c, err := loadBenchTLS(dir)
@@ -294,7 +294,7 @@ func setupActorRemote(tlsOn bool, w int, goroutines bool) (func(*testing.B), fun
 		return nil
 	}
 	cleanup := func() error {
-		r.Shutdown(false)
+		r.Shutdown(true) // graceful: its connections close, and their goroutines end
 		sys.Shutdown()
 		echo.stop()
 		return nil
