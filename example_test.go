@@ -156,3 +156,48 @@ func ExampleTask_Map() {
 	fmt.Println(sums, err)
 	// Output: [3 7 11] <nil>
 }
+
+// One binary, two modes: on each node machine the program runs ServeNode (here selected by
+// an address, in a real program by a flag such as -node :7400), and on the host a pool of
+// Runtime Remote lists the nodes. Both define the same tasks and call knit.Main() first:
+// a node's lanes are process lanes of the binary. Here node and host share one process,
+// which works too (they share its protoactor remote endpoint).
+func ExampleServeNode() {
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- knit.ServeNode(ctx, knit.NodeConfig{
+			Addr:  "127.0.0.1:0", // a node machine: ":7400"
+			Ready: func(addr string) { ready <- addr },
+		})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-served:
+		panic(err)
+	}
+
+	// The host: 4 lanes spread over the nodes (here the one), with mutual TLS when
+	// Remote.TLS and NodeConfig.TLS are set.
+	p, err := knit.NewPool(knit.Config{
+		Runtime: knit.Remote,
+		Lanes:   4,
+		Remote:  knit.RemoteConfig{Nodes: []string{addr}},
+	}, exampleAdd)
+	if err != nil {
+		panic(err)
+	}
+	sum, err := exampleAdd.Call(context.Background(), p, [2]int64{40, 2})
+	fmt.Println(sum, err, p.Stats().Lanes[0].Node == addr)
+	if err := p.Close(context.Background()); err != nil {
+		panic(err)
+	}
+
+	stop() // ServeNode returns after stopping the lanes it runs
+	fmt.Println(<-served)
+	// Output:
+	// 42 <nil> true
+	// <nil>
+}
