@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/knitgo/knit"
@@ -161,20 +162,22 @@ func ExampleTask_Map() {
 // an address, in a real program by a flag such as -node :7400), and on the host a pool of
 // Runtime Remote lists the nodes. Both define the same tasks and call knit.Main() first:
 // a node's lanes are process lanes of the binary. Here node and host share one process,
-// which works too (they share its protoactor remote endpoint).
+// which works too: they share its protoactor remote endpoint, and so its listen address.
 func ExampleServeNode() {
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	served := make(chan error, 1)
 	go func() {
 		served <- knit.ServeNode(ctx, knit.NodeConfig{
-			Addr:  "127.0.0.1:0", // a node machine: ":7400"
+			Addr:  ":0", // every interface, a free port; a node machine: ":7400"
 			Ready: func(addr string) { ready <- addr },
 		})
 	}()
-	var addr string
+	var node string // the address the host reaches the node at
 	select {
-	case addr = <-ready:
+	case addr := <-ready:
+		_, port, _ := net.SplitHostPort(addr)
+		node = net.JoinHostPort("127.0.0.1", port) // a node machine: "a.internal:7400"
 	case err := <-served:
 		panic(err)
 	}
@@ -184,13 +187,13 @@ func ExampleServeNode() {
 	p, err := knit.NewPool(knit.Config{
 		Runtime: knit.Remote,
 		Lanes:   4,
-		Remote:  knit.RemoteConfig{Nodes: []string{addr}},
+		Remote:  knit.RemoteConfig{Nodes: []string{node}},
 	}, exampleAdd)
 	if err != nil {
 		panic(err)
 	}
 	sum, err := exampleAdd.Call(context.Background(), p, [2]int64{40, 2})
-	fmt.Println(sum, err, p.Stats().Lanes[0].Node == addr)
+	fmt.Println(sum, err, p.Stats().Lanes[0].Node == node)
 	if err := p.Close(context.Background()); err != nil {
 		panic(err)
 	}
