@@ -213,3 +213,12 @@ func StealAwake(p *Pool, c int) bool {
 	}
 	return false
 }
+
+// RemoteMissedWakes is how many wakes a remote pool's lane forwarders lost and the link's
+// heartbeat caught (remote.Nodes.Missed); 0 for a pool of another runtime.
+func RemoteMissedWakes(p *Pool) uint64 {
+	if n, ok := p.runtime.(interface{ Missed() uint64 }); ok {
+		return n.Missed()
+	}
+	return 0
+}

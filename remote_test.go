@@ -311,8 +311,10 @@ func TestRemoteAnswers(t *testing.T) {
 // TestRemoteWindow keeps a window of 1024 futures in flight over two remote lanes, each
 // settled future replaced by a new call at once, so that each lane's window of 32 calls on
 // its node fills and drains thousands of times with calls waiting behind it: every call
-// settles with its own result. (It hung when a forward filled the window to its last slot
-// and the forwarder parked without asking to be rung when results freed room.)
+// settles with its own result, and no forwarder needed the heartbeat's backstop to wake.
+// (It hung when a forward filled the window to its last slot and the forwarder parked
+// without asking to be rung when results freed room. Now the backstop would wake it within
+// two heartbeats, Liveness/2, and count it: the test fails on the count, not by hanging.)
 func TestRemoteWindow(t *testing.T) {
 	nodes := startNodes(t, 1)
 	p := remotePool(t, knit.Config{Lanes: 2}, nodes)
@@ -352,6 +354,9 @@ func TestRemoteWindow(t *testing.T) {
 	}
 	if done < n+5000 {
 		t.Errorf("the lanes report %d calls completed, want %d at least", done, n+5000)
+	}
+	if m := knit.RemoteMissedWakes(p); m != 0 {
+		t.Errorf("the heartbeat woke a forwarder that had slept through calls %d times", m)
 	}
 }
 

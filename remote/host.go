@@ -72,7 +72,14 @@ type Nodes struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	missed atomic.Uint64 // wakes the forwarders lost, caught by the heartbeat (checkStalled)
 }
+
+// Missed is how many times a lane's forwarder slept through calls it could send until the
+// heartbeat woke it: a lost wake, which the doorbell protocol should never have. Tests
+// assert it stays 0.
+func (n *Nodes) Missed() uint64 { return n.missed.Load() }
 
 type incKey struct {
 	s         Session
@@ -621,6 +628,7 @@ func (k *link) run() {
 			k.ping(s)
 			for _, c := range incs {
 				c.checkAborts()
+				c.checkStalled()
 			}
 		case linkDown:
 			if time.Since(lastProbe) < probe {

@@ -70,6 +70,11 @@ type incarnation struct {
 	acked     bool
 	abortSeen atomic.Uint32 // the region's abort counter when the forwarder last looked
 	abortFlag atomic.Bool   // the link saw the abort counter move
+
+	// The link's own (checkStalled): whether its last look found the forwarder parked
+	// with calls it could send, and the request ring's consumer word then.
+	stall   bool
+	stallAt uint32
 }
 
 // sent is a call the forwarder has sent and not had the result of.
@@ -183,6 +188,39 @@ func (c *incarnation) checkAborts() {
 		c.abortFlag.Store(true)
 		c.notify()
 	}
+}
+
+// checkStalled is the backstop of the forwarder's doorbell, as the pool's watchdog is a
+// process lane's (ringStalled): the link's heartbeat calls it every Liveness/4. Calls the
+// forwarder has room to send, unread in the request ring at two looks in a row while the
+// forwarder stays parked and reads nothing of the ring in between, mean a wake was lost:
+// the forwarder is rung, and the miss is counted (Nodes.Missed) and logged. The protocol
+// loses no wake (work and results share the starved mark under mu); this keeps a bug in it
+// from stranding calls for ever.
+func (c *incarnation) checkStalled() {
+	req := c.region.Requests()
+	awake, _ := c.wake.Awake()
+	if !c.readyNow.Load() || awake || c.posted.Load() || !req.Unread() {
+		c.stall = false
+		return
+	}
+	c.mu.Lock()
+	room := c.sendable()
+	c.mu.Unlock()
+	if room == 0 { // parked on purpose: results ring it once room frees
+		c.stall = false
+		return
+	}
+	consumed := req.Consumed()
+	if c.stall && consumed == c.stallAt {
+		c.stall = false
+		c.n.missed.Add(1)
+		c.n.log.Warn("a remote lane's forwarder slept through calls it could send: woken by the heartbeat (a lost wake: please report)",
+			zap.Int("lane", c.idx), zap.Int("incarnation", c.inc), zap.String("node", c.k.addr))
+		c.notify()
+		return
+	}
+	c.stall, c.stallAt = true, consumed
 }
 
 func (c *incarnation) notify() {
