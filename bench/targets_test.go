@@ -51,16 +51,19 @@ func targetStatus(t *testing.T, ts []targetResult) map[string]targetResult {
 func TestTargets(t *testing.T) {
 	results := syntheticResults()
 	ts := computeTargets(results)
-	// 14 of issue 9, 4 per stealing discipline and runtime (Local: goroutines only), and
-	// issue 28's: 5 on an idle machine, 6 per load.
-	if len(ts) != 51 {
-		t.Fatalf("%d targets, want 51", len(ts))
+	// 14 of issue 9, 4 per stealing discipline and runtime (Local: goroutines only), issue
+	// 28's: 5 on an idle machine, 6 per load, and 6 of issue 32 (remote lanes).
+	if len(ts) != 57 {
+		t.Fatalf("%d targets, want 57", len(ts))
 	}
 	for _, tg := range ts {
 		want := "PASS"
-		if strings.HasPrefix(tg.Target, "process lane sequential Call ÷ unix-socket") ||
-			tg.Target == "issue 28: Map of 100000, goroutine lanes ÷ channel pool of 2, 1024 in flight (throughput)" {
+		switch {
+		case strings.HasPrefix(tg.Target, "process lane sequential Call ÷ unix-socket") ||
+			tg.Target == "issue 28: Map of 100000, goroutine lanes ÷ channel pool of 2, 1024 in flight (throughput)":
 			want = "FAIL" // ratio 1 > 0.1, and 1 < 2
+		case strings.HasPrefix(tg.Target, "remote lanes, ") && strings.Contains(tg.Target, "÷ protoactor remote"):
+			want = "FAIL" // throughput ratio 1 < 2
 		}
 		if tg.Status != want {
 			t.Errorf("%q: status %s, want %s (%+v)", tg.Target, tg.Status, want, tg)
@@ -92,6 +95,12 @@ func TestTargets(t *testing.T) {
 			r.Err = "boom"
 		case r.Impl == implKnitProcess && r.Dispatch == "private-random" && r.Workload == workloadUniform && r.Shape == shapeWindow:
 			r.CallsPerSec, r.NsPerOp = 2e6, 500 // the best private balancer
+		case r.Impl == implKnitRemote && (r.Shape == shapeWindow || r.Shape == shapeMap):
+			r.CallsPerSec, r.NsPerOp = 2.5e6, 400 // 2.5× protoactor's pipelined remote
+		case r.Impl == implKnitRemote && r.Shape == shapeRoundTrip:
+			r.NsPerOp, r.CallsPerSec = 1300, 1e9/1300 // 1.3× protoactor's round trip
+		case r.Impl == implKnitRemoteTLS && r.Shape == shapeRoundTrip:
+			r.NsPerOp, r.CallsPerSec = 1300, 1e9/1300 // the same as plaintext: TLS costs nothing
 		}
 	}
 	m := targetStatus(t, computeTargets(results))
@@ -125,6 +134,12 @@ func TestTargets(t *testing.T) {
 	check("goroutine lanes, uniform, window 1024: steal Ticket ÷ best", "PASS", "")
 	check("process lanes, uniform, window 1024: steal Ticket ÷ best", "FAIL", "best private: knit process, 4 lanes, steal off, Random: uniform, window 1024")
 	check("process lanes, uniform, sequential Call: steal Dekker ÷ best", "n/a", "steal off, RoundRobin: uniform, sequential Call")
+	check("remote lane sequential Call ÷ protoactor remote", "FAIL", "")
+	check("remote lanes, window 1024 ÷ protoactor remote", "PASS", "")
+	check("remote lanes, Map of 1024 ÷ protoactor remote", "PASS", "")
+	check("remote lanes, 1024 goroutines calling ÷ protoactor remote", "FAIL", "")
+	check("cost of TLS: remote lane sequential Call", "PASS", "the issue asks for the figure")
+	check("cost of TLS: remote lanes, window 1024", "FAIL", "the issue asks for the figure") // 1e6 ÷ 2.5e6
 
 	var buf bytes.Buffer
 	writeTargets(&buf, computeTargets(results))
