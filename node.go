@@ -124,6 +124,9 @@ func (c NodeConfig) poolConfig(o *remote.Open) Config {
 		Backlog:        2 * fastpath.Slots,
 		StopAckTimeout: c.StopAckTimeout, KillGrace: c.KillGrace, StartupTimeout: c.StartupTimeout,
 		Liveness: c.Liveness, LaneSpin: c.LaneSpin, CallerSpin: c.CallerSpin,
+		// A host lane's calls run on its node lane, in order: the host decides where calls
+		// go, and the lane's end report (which calls had started) relies on that order.
+		MoveQueuedAfter:  -1,
 		Payload:          Payload{Inline: int(o.Inline), Arena: int(o.Arena), MaxCall: int(o.MaxCall)},
 		PanicCrashesLane: o.Flags&remote.OpenPanicCrash != 0,
 		Process:          c.Process, Logger: c.Logger, node: true,
@@ -536,6 +539,28 @@ func (d *rawDef) FailLane(e actors.LaneEnd) int {
 		nl.lost(hostSeq, seq != 0 && seq <= e.Started)
 	}
 	return len(held)
+}
+
+// Withdraw implements actors.Def. A node's pool moves no call (its MoveQueuedAfter is off:
+// a host lane's calls run on its node lane, in order, which its end report relies on), so
+// nothing calls it; should something, each call taken back fails to its host at once, so
+// that none is stranded.
+func (d *rawDef) Withdraw(e actors.LaneEnd) int {
+	d.mu.Lock()
+	var taken []*rawRec
+	for _, r := range d.recs {
+		if seq := r.seq.Load(); r.owner != nil && r.lane.Load() == e.Lane && (seq == 0 || seq > e.Started) {
+			taken = append(taken, r)
+		}
+	}
+	d.mu.Unlock()
+	for _, r := range taken {
+		nl, hostSeq := r.owner, r.hostSeq
+		d.release(r)
+		nl.result(hostSeq, actors.Failed, 0, actors.EncodeWireError(nil, string(CodeWorkerCrashed),
+			"the node's pool took the call back from its lane (a bug of knit's: node pools move no call)"))
+	}
+	return len(taken)
 }
 
 // Drop implements actors.Def (never called: no call's Done ever closes).
