@@ -398,35 +398,6 @@ func setupKnitRemote(tlsOn bool, lanes int, shape string) (func(*testing.B), fun
 	}, nil
 }
 
-// setupKnitMap: Task.Map over n inputs, repeated; ns/op is per element.
-func setupKnitMap(cfg knit.Config, n int) (func(*testing.B), func() error, error) {
-	kp, err := newKnitPool(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	in := make([]uint64, n)
-	for i := range in {
-		in[i] = uint64(i)
-	}
-	body := func(b *testing.B) {
-		for done := 0; done < b.N; done += n {
-			m := min(n, b.N-done)
-			out, err := knitInc.Map(context.Background(), kp.Pool, in[:m])
-			if err != nil {
-				fail(b, kp.failure(err))
-				return
-			}
-			for i, v := range out {
-				if v != in[i]+1 {
-					fail(b, fmt.Errorf("knit map: element %d is %d", i, v))
-					return
-				}
-			}
-		}
-	}
-	return body, kp.cleanup, nil
-}
-
 // The run's certificates: a CA and one certificate for 127.0.0.1 with both usages, which
 // every side presents; made once, in a directory removed at exit.
 var benchTLS struct {
