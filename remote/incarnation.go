@@ -223,6 +223,14 @@ func (c *incarnation) checkStalled() {
 	c.stall, c.stallAt = true, consumed
 }
 
+// signalDone rings whoever sleeps on the return ring: the pool's reaper on the completion
+// doorbell, or a caller alone on the lane on the direct one (Ring.Direct), as an executor
+// does after publishing results.
+func (c *incarnation) signalDone() {
+	c.region.Returns().Completion().Signal(c.doneBell)
+	c.region.Returns().Direct().Signal(fastpath.FutexBell{})
+}
+
 func (c *incarnation) notify() {
 	c.posted.Store(true)
 	c.wake.Force(c.laneBell)
@@ -370,7 +378,7 @@ func (c *incarnation) step() *end {
 	}
 	c.mu.Unlock()
 	if published > 0 {
-		c.region.Returns().Completion().Signal(c.doneBell)
+		c.signalDone()
 	}
 	switch {
 	case brokeWhy != "":
@@ -419,7 +427,7 @@ func (c *incarnation) onFrame(f Frame, hardWhy string) *end {
 		c.readyNow.Store(true)
 		c.k.established(c.session)
 		close(c.ready)
-		c.region.Returns().Completion().Signal(c.doneBell) // the reaper sleeps on it until ready
+		c.signalDone() // the reaper sleeps on it until ready
 	case KindFailed:
 		code, msg, err := f.Failed()
 		if err != nil {
@@ -474,7 +482,7 @@ func (c *incarnation) results(f Frame) {
 	wake := c.brokeWhy != "" || len(c.pending) > 0 || room || stop
 	c.mu.Unlock()
 	if published > 0 {
-		c.region.Returns().Completion().Signal(c.doneBell)
+		c.signalDone()
 	}
 	if wake {
 		c.notify()
@@ -699,7 +707,7 @@ func (c *incarnation) finish(e *end) {
 	c.mu.Lock()
 	for c.ready2 && len(c.pending) > 0 && latency.Now()-since < endPatience {
 		if c.publishLocked() > 0 {
-			c.region.Returns().Completion().Signal(c.doneBell)
+			c.signalDone()
 		}
 		if len(c.pending) > 0 {
 			c.mu.Unlock()
