@@ -222,3 +222,8 @@ func RemoteMissedWakes(p *Pool) uint64 {
 	}
 	return 0
 }
+
+// StealDegraded reports whether a stealing pool has given its shared ring up (it found the
+// mapping written by something other than the protocol, or stuck): its lanes serve their
+// own rings only.
+func StealDegraded(p *Pool) bool { return p.shared != nil && p.shared.Degraded() }

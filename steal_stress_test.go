@@ -446,3 +446,111 @@ func freeLaneRounds(t *testing.T, rt knit.Runtime, mode knit.Steal, rounds int, 
 		}
 	}
 }
+
+// stealTargets are the shared words a hostile lane writes in TestStealHostileLane: every
+// word of steal.Ring.Words by family, and the abort bitmap.
+var stealTargets = []string{"control", "head", "tail", "live", "order", "stamp", "want", "journal", "entries",
+	"H", "W", "slot", "aborts"}
+
+// TestStealHostileLane (issue 29): on a Ticket and on a Dekker pool of 3 process lanes, a
+// task running in one lane writes one family of the shared ring's words (stealScribble),
+// again and again for 300 ms, while 16 goroutines call. No call runs twice (each execution
+// counts in a file every lane maps: the run log), every call returns its own result (each
+// has a deadline far beyond any wait: one that reaches it was lost), the pool serves
+// afterwards, and Close returns. Whether the host gave the ring up (it does when the words
+// it audits are written, or calls stay stuck) is logged: the journals, stamps and WANT words
+// are hints the host checks everything against, and writing them may only slow claims.
+func TestStealHostileLane(t *testing.T) {
+	targets := stealTargets
+	if testing.Short() || raceEnabled {
+		targets = []string{"head", "W", "control", "want"}
+	}
+	for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+		for _, target := range targets {
+			t.Run(mode.String()+"/"+target, func(t *testing.T) { hostileLane(t, mode, target) })
+		}
+	}
+}
+
+func hostileLane(t *testing.T, mode knit.Steal, target string) {
+	const ids = 1 << 16
+	file, counters := newCounters(t, ids)
+	p, err := knit.NewPool(knit.Config{Lanes: 3, Runtime: knit.Process, Steal: mode, Logger: quiet(), Restart: eager,
+		Process: knit.ProcessConfig{Env: quickExit}}, stressOnce, stealScribble, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	knit.StealAlways(p) // every call goes through the shared ring
+
+	var next atomic.Int64
+	var bad atomic.Int64
+	var first atomic.Value
+	report := func(format string, args ...any) {
+		bad.Add(1)
+		first.CompareAndSwap(nil, fmt.Sprintf(format, args...))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := int(next.Add(1) - 1)
+				if id >= ids {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				got, err := stressOnce.Call(ctx, p, stressCall{ID: id, Runs: file})
+				cancel()
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					report("call %d did not settle: %v; %s", id, err, knit.StealState(p))
+				case err != nil:
+					report("call %d: %v", id, err)
+				case got != stressResult(id):
+					report("call %d returned %d, want %d", id, got, stressResult(id))
+				}
+			}
+		})
+	}
+	rounds, err := stealScribble.Call(context.Background(), p, scribbleIn{Target: target, MS: 300, Seed: rand.Uint64()})
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the scribbling call: %v", err)
+	}
+	if b := bad.Load(); b > 0 {
+		t.Errorf("%d calls went wrong; first: %v", b, first.Load())
+	}
+	n := int(next.Load())
+	for id := range min(n, ids) {
+		if r := counters[id].Load(); r > 1 {
+			t.Errorf("call %d ran %d times", id, r)
+		}
+	}
+	// The pool serves: on its lanes' own rings if it gave the shared ring up.
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		sum, err := add.Call(ctx, p, [2]int64{int64(i), 1})
+		cancel()
+		if err != nil || sum != int64(i)+1 {
+			t.Fatalf("call %d after the scribbling: %d, %v; %s", i, sum, err, knit.StealState(p))
+		}
+	}
+	t.Logf("%d calls, %d rounds of writes to %s; ring given up: %v", n, rounds, target, knit.StealDegraded(p))
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("Close did not return: %s", knit.StealState(p))
+	}
+}

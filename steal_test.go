@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -512,9 +513,16 @@ func TestStealLocalVictimDies(t *testing.T) {
 }
 
 // TestTicketSurvivesKills: a Ticket pool whose lanes are killed by hard timeouts again and
-// again, mid-claim, while 50 goroutines call, serves afterwards and closes (issue 30's jam:
-// every lane ready and holding claimed calls, nothing running, a fresh call OVERLOADED, and
-// Close waiting for its whole context).
+// again while 50 goroutines call serves afterwards and closes (issue 30's scenario: 2 lanes,
+// a call that spins until a kill, under a HardTimeout of 300 ms, every 300 ms; a 2 ms call
+// under a Timeout of 300 ms from 50 goroutines; Backlog 256). The report had the pool jam
+// for good: every lane ready and holding claimed calls, none run, a fresh call OVERLOADED,
+// and Close waiting for its whole context. The cause was a spin that waited on the ring, or
+// behind another call of its batch, past its hard deadline: the host looked for its lane at
+// that deadline only, never killed it, and the lane spun for good with the calls claimed
+// behind it (TestStealHardTimeoutAfterWait). Close returns only once every call has settled
+// and left the ring's count (its drain waits for that, with a context that never ends here):
+// a spin never killed, or a count that leaked, would hold it for good.
 func TestTicketSurvivesKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of kills")
@@ -525,8 +533,9 @@ func TestTicketSurvivesKills(t *testing.T) {
 		// only when asked for.
 		t.Skip("the shared ring's count leak under kills is open; KNIT_TEST_TICKET_KILLS=1 runs it")
 	}
+	rec := newRecorder()
 	p := newProcessPool(t, knit.Config{Lanes: 2, Steal: knit.StealTicket, Backlog: 256, Logger: quiet(),
-		Restart: knit.Restart{MaxRestarts: 100000}}, hardSpin, nap2ms, add)
+		Restart: knit.Restart{MaxRestarts: 100000}, OnEvent: rec.record}, hardSpin, nap2ms, add)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -559,15 +568,13 @@ func TestTicketSurvivesKills(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	rec.await(t, "a lane killed by a hard timeout", func(e knit.Event) bool { return ended(e) && strings.Contains(e.Reason, "hard timeout") })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := range 20 {
 		if sum, err := add.Call(ctx, p, [2]int64{int64(i), 1}); err != nil || sum != int64(i)+1 {
 			t.Fatalf("fresh call %d after the kills: %d, %v; %s", i, sum, err, knit.StealState(p))
 		}
-	}
-	if s := p.Stats(); s.Shared != 0 {
-		t.Errorf("the shared ring still counts %d calls: %s", s.Shared, knit.StealState(p))
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close(context.Background()) }()
@@ -578,5 +585,86 @@ func TestTicketSurvivesKills(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatalf("Close did not return: %s", knit.StealState(p))
+	}
+	if s := p.Stats(); s.Shared != 0 {
+		t.Errorf("after Close the shared ring counts %d calls", s.Shared)
+	}
+}
+
+// TestStealHardTimeoutAfterWait: issue 30's jam at its root. A call with a HardTimeout that
+// still waits when its caller's deadline passes — claimed in a batch behind a slow call —
+// gets its lane killed once it has run HardTimeout there. Until 606ee7c the host looked for
+// the call's lane once, at that deadline, by the claim journals: a call not started then was
+// never looked at again, and once it started it spun for good, its lane never killed and
+// the calls claimed behind it never run. Here the only lane, held by a call, finds three
+// calls waiting once it is let go, and claims half, rounded up: a 600 ms call and a spin
+// under a HardTimeout of 300 ms. The spin's caller times out while the slow call runs; the
+// spin starts after it, and its lane must die of the hard timeout, come back and serve.
+func TestStealHardTimeoutAfterWait(t *testing.T) {
+	for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rec := newRecorder()
+			p := newProcessPool(t, knit.Config{Lanes: 1, Steal: mode, Logger: quiet(), Restart: eager, OnEvent: rec.record,
+				Process: knit.ProcessConfig{Env: quickExit}}, holdPID, hardNap, hardSpin, add)
+			knit.StealAlways(p)
+			ctx := context.Background()
+			file := filepath.Join(t.TempDir(), "pid")
+			hctx, release := context.WithCancel(ctx)
+			held := holdPID.Go(hctx, p, file)
+			awaitPID(t, file) // the lane runs it: the next three wait on the ring together
+			slow := hardNap.Go(ctx, p, 600)
+			spin := hardSpin.Go(ctx, p, 0)
+			after := add.Go(ctx, p, [2]int64{1, 2})
+			release()
+			if _, err := held.Wait(); !errors.Is(err, context.Canceled) {
+				t.Errorf("held call: %v", err)
+			}
+			if _, err := spin.Wait(); !errors.Is(err, knit.ErrTimeout) {
+				t.Errorf("spin: %v, want TIMEOUT (its hard deadline)", err)
+			}
+			if _, err := slow.Wait(); err != nil {
+				t.Errorf("nap: %v", err)
+			}
+			rec.await(t, "the spin's lane killed by its hard timeout", func(e knit.Event) bool {
+				return e.Lane == 0 && ended(e) && strings.Contains(e.Reason, "hard timeout")
+			})
+			if v, err := after.Wait(); err != nil || v != 3 {
+				t.Errorf("the call behind the spin: %d, %v", v, err)
+			}
+			callAdds(t, p, 10)
+		})
+	}
+}
+
+// TestStealSharedCountBeforeResult: a call of the shared ring leaves the ring's count
+// (Stats.Shared) before its caller wakes, so a caller that reads Stats after its call
+// returned never counts it. It used to leave the count after: 4 of 20,000 sequential calls
+// read 1 on process lanes, which made TestTicketSurvivesKills report a leak that was not one.
+func TestStealSharedCountBeforeResult(t *testing.T) {
+	n := 20000
+	if raceEnabled || testing.Short() {
+		n = 2000
+	}
+	for _, rt := range []knit.Runtime{knit.Goroutine, knit.Process} {
+		t.Run(rt.String(), func(t *testing.T) {
+			p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: rt, Steal: knit.StealTicket, Logger: quiet()}, stealTasks...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			knit.StealAlways(p)
+			counted := 0
+			for i := range n {
+				if v, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil || v != int64(i)+1 {
+					t.Fatalf("add %d: %d, %v", i, v, err)
+				}
+				if p.Stats().Shared != 0 {
+					counted++
+				}
+			}
+			if counted > 0 {
+				t.Errorf("%d of %d calls still counted on the shared ring once they had returned", counted, n)
+			}
+		})
 	}
 }

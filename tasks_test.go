@@ -32,6 +32,7 @@ import (
 	"github.com/knitgo/knit/internal/futex"
 	"github.com/knitgo/knit/internal/shm"
 	"github.com/knitgo/knit/lifecycle"
+	"github.com/knitgo/knit/steal"
 )
 
 // Tasks for the tests, benchmarks and examples of package knit, all in this file. A task is
@@ -1485,3 +1486,116 @@ var (
 		return x, nil
 	}, knit.Timeout(300*time.Millisecond))
 )
+
+// A lane that writes the pool's shared submit ring (steal_stress_test.go,
+// TestStealHostileLane).
+
+// scribbleIn says what stealScribble writes, and for how long.
+type scribbleIn struct {
+	Target string // a word of steal.Ring.Words (all of a family: "want" is every want/N), or "aborts"
+	MS     int
+	Seed   uint64
+}
+
+// stealScribble writes, for MS milliseconds, every word of its lane's shared submit ring
+// that Target names, again and again, with values no claim would write: random ones, zero,
+// one more and one less than the word holds, all ones, the word with a bit flipped. It
+// returns how many rounds it wrote.
+var stealScribble = knit.Define("test.hostile.stealscribble", func(_ context.Context, in scribbleIn) (int, error) {
+	mem, err := stealMapping()
+	if err != nil {
+		return 0, err
+	}
+	ring, err := steal.Open(mem)
+	if err != nil {
+		return 0, err
+	}
+	type word struct{ off, size int }
+	var words []word
+	if in.Target == "aborts" {
+		bm, err := ring.Aborts(mem, fastpath.DefaultAbortBits)
+		if err != nil {
+			return 0, err
+		}
+		off := (len(ring.Bytes()) + 63) &^ 63 // the bitmap follows the ring (steal.Ring.Aborts)
+		for o := off; o+4 <= off+fastpath.BitmapSize(bm.Len()); o += 4 {
+			words = append(words, word{o, 4})
+		}
+	}
+	for _, w := range ring.Words() {
+		if w.Name != in.Target && !strings.HasPrefix(w.Name, in.Target+"/") {
+			continue
+		}
+		size := 8
+		if w.Size%8 != 0 || w.Name == "control" || strings.HasPrefix(w.Name, "slot/") {
+			size = 4
+		}
+		for o := w.Offset; o+size <= w.Offset+w.Size; o += size {
+			words = append(words, word{o, size})
+		}
+	}
+	if len(words) == 0 {
+		return 0, fmt.Errorf("no word named %q", in.Target)
+	}
+	rng := rand.New(rand.NewPCG(in.Seed, 0x5eed))
+	value := func(round int, old uint64) uint64 {
+		switch round % 6 {
+		case 0:
+			return rng.Uint64()
+		case 1:
+			return 0
+		case 2:
+			return old + 1
+		case 3:
+			return old - 1
+		case 4:
+			return ^uint64(0)
+		}
+		return old ^ 1<<rng.IntN(64)
+	}
+	deadline := time.Now().Add(time.Duration(in.MS) * time.Millisecond)
+	round := 0
+	for ; time.Now().Before(deadline); round++ {
+		for _, w := range words {
+			p := unsafe.Pointer(&mem[w.off])
+			if w.size == 8 {
+				a := (*atomic.Uint64)(p)
+				a.Store(value(round, a.Load()))
+			} else {
+				a := (*atomic.Uint32)(p)
+				a.Store(uint32(value(round, uint64(a.Load()))))
+			}
+		}
+		runtime.Gosched()
+	}
+	return round, nil
+})
+
+// stealMapping maps, once more, the shared submit ring its lane process received: the
+// descriptor /proc/self/fd shows as the memfd knit-steal.
+func stealMapping() ([]byte, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || !strings.HasPrefix(target, "/memfd:knit-steal") {
+			continue
+		}
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		fd, err := unix.Dup(n)
+		if err != nil {
+			return nil, err
+		}
+		mp, err := shm.MapFile(os.NewFile(uintptr(fd), "knit-steal"))
+		if err != nil {
+			return nil, err
+		}
+		return mp.Bytes(), nil // mapped until the lane exits
+	}
+	return nil, errors.New("no shared submit ring in this process")
+}

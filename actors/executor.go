@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -53,6 +54,14 @@ type Executor struct {
 	// Steal, if set, is the lane's side of the pool's shared submit ring: when the lane's
 	// own ring is empty it claims batches there (work stealing) and answers them on its own
 	// return ring, marked SharedResult.
+	//
+	// A process lane (not Local) runs nothing it claimed there until the host grants it:
+	// it sends the host a claim notice on its return ring (ClaimNotice) and waits for the
+	// answer (the host bumps the region's open word by 2); the host forwards each call it
+	// grants to the lane's own ring, marked SharedResult, where it runs as one of the lane's
+	// own calls. Every lane maps the shared ring writable: what one lane writes there must
+	// never make another run a call twice, and only the host, which grants each call once,
+	// can see to that (docs/stealing.md, "A lane that writes the shared ring").
 	Steal *steal.Consumer
 
 	scratch []byte
@@ -62,9 +71,13 @@ type Executor struct {
 	gate    fastpath.Gate  // the region's gate word (process lanes)
 	last    uint64         // the sequence number of the last call of its own ring it started
 	busy    bool           // the running word says busy
-	claimed int            // calls of the shared ring claimed and not run yet
-	sbatch  [fastpath.Slots]work
-	sinputs [fastpath.Slots][]byte
+	claimed int            // calls of the shared ring claimed and not run yet (grants: not yet noticed)
+	// Grants (a process lane): notices sent, and whether the last one awaits its answer.
+	sent     uint32
+	awaiting bool
+	notice   []byte
+	sbatch   [fastpath.Slots]work
+	sinputs  [fastpath.Slots][]byte
 	// done and direct are the return ring's completion doorbells, signalled after each result;
 	// rang is set when a signal woke the host (its next call comes after a wake-up).
 	done, direct fastpath.Completion
@@ -90,6 +103,7 @@ const SharedResult uint32 = 1 << 31
 
 type work struct {
 	fn, id, gen, abort uint32
+	flags              uint32 // SharedResult: a call of the shared ring the host forwarded
 	seq                uint64 // the host's sequence number of the call on this lane
 	deadline           int64  // the caller's deadline, Unix nanoseconds (0: none)
 }
@@ -113,12 +127,30 @@ func (e *Executor) Run() error {
 	// lanes").
 	var claimErr error
 	retry := false
+	grants := e.Steal != nil && !e.Local
 	ready := func() bool {
 		if req.Poll() != 0 || stop.Load() != fastpath.StopRunning {
 			return true
 		}
-		if e.Steal == nil || open.Load() == 0 {
+		if e.Steal == nil {
 			return false
+		}
+		o := open.Load()
+		if o == 0 {
+			e.awaiting = false // closed: no notice is answered from now on
+			return false
+		}
+		if e.awaiting {
+			if o>>1 != e.sent&(1<<31-1) {
+				return false // the host has not answered the notice yet
+			}
+			// Answered: the calls granted, if any, were forwarded before the answer.
+			e.awaiting = false
+			if req.Poll() != 0 {
+				return true
+			}
+			e.running.Store(fastpath.RunningWord(e.last, false))
+			e.busy = false
 		}
 		if e.claimed == 0 && claimErr == nil && e.Steal.Pending() {
 			// Busy before the claim, idle again only if it took nothing: the host counts
@@ -126,7 +158,11 @@ func (e *Executor) Run() error {
 			// a lane that has claimed claims nothing more until its batch ends (issue 13:
 			// counted between its claim and its first call, it left a call waiting).
 			e.running.Store(fastpath.RunningWord(e.last, true))
-			e.claimed, claimErr = e.claim()
+			if grants {
+				e.claimed, claimErr = e.claimOnly()
+			} else {
+				e.claimed, claimErr = e.claim()
+			}
 			retry, e.busy = false, true
 			if e.claimed == 0 && claimErr == nil {
 				e.running.Store(fastpath.RunningWord(e.last, false))
@@ -153,8 +189,9 @@ func (e *Executor) Run() error {
 	e.running, e.gate = running, e.Region.Gate()
 	for {
 		// Between batches the lane looks for work (a stealing host rings none): idle, unless
-		// it still holds claimed calls (its own ring's calls ran first).
-		if e.busy && e.claimed == 0 {
+		// it still holds claimed calls (its own ring's calls ran first), or waits for the
+		// host's answer to its claim notice.
+		if e.busy && e.claimed == 0 && !e.awaiting {
 			running.Store(fastpath.RunningWord(e.last, false))
 			e.busy = false
 		}
@@ -174,6 +211,9 @@ func (e *Executor) Run() error {
 				wake.Park(e.Lane, ready, timeout)
 				spin.Parked(time.Since(parked))
 			}
+		}
+		if grants && e.claimed > 0 { // the notice first: the host grants while the lane runs
+			e.sendNotice()
 		}
 		pending := req.Poll()
 		if pending == 0 && e.claimed > 0 { // finished before a stop is acknowledged
@@ -206,6 +246,7 @@ func (e *Executor) Run() error {
 			// Field by field: a composite literal is built aside and copied.
 			w := &batch[n]
 			w.fn, w.id, w.gen, w.abort, w.seq, w.deadline = s.Fn(), s.Call(), s.Gen(), s.Abort(), s.Seq(), s.Deadline()
+			w.flags = s.Flags() & SharedResult
 			if !e.Local {
 				var p []byte
 				if p, err = req.Payload(i); err != nil {
@@ -220,7 +261,7 @@ func (e *Executor) Run() error {
 			return err
 		}
 		for k := range n {
-			if err := e.run(batch[k], inputs[k], 0); err != nil {
+			if err := e.run(batch[k], inputs[k], false); err != nil {
 				return err
 			}
 		}
@@ -237,8 +278,14 @@ func (e *Executor) flushLocal() {
 	}
 }
 
-// run runs one call and publishes its result; flags marks the result (SharedResult).
-func (e *Executor) run(w work, input []byte, flags uint32) error {
+// run runs one call and publishes its result: a call of its own ring (w.flags marks one
+// the host forwarded from the shared ring: SharedResult), or one it claimed from the shared
+// ring itself (claimed).
+func (e *Executor) run(w work, input []byte, claimed bool) error {
+	flags := w.flags
+	if claimed {
+		flags = SharedResult
+	}
 	if int(w.fn) >= len(e.Tasks) {
 		return fmt.Errorf("%w: function index %d of %d", fastpath.ErrCorrupt, w.fn, len(e.Tasks))
 	}
@@ -261,7 +308,7 @@ func (e *Executor) run(w work, input []byte, flags uint32) error {
 	// which calls had started and which it may run elsewhere. (A call from the shared ring
 	// is journaled there instead.)
 	switch {
-	case flags&SharedResult == 0:
+	case !claimed:
 		e.last = w.seq
 		e.running.Store(fastpath.RunningWord(w.seq, true))
 	case !e.busy:
@@ -350,6 +397,50 @@ func (e *Executor) claim() (int, error) {
 	return n, nil
 }
 
+// claimOnly claims a batch from the shared submit ring for a lane that runs only what the
+// host grants it: it reads no payload (the host forwards each granted call whole), and
+// releases the slots at once. The notice follows (sendNotice). A head no claim can move
+// (ErrExhausted: something other than a claim wrote it) is nothing to claim: the host's
+// audit sees it and gives the ring up.
+func (e *Executor) claimOnly() (int, error) {
+	c := e.Steal
+	n, err := c.Claim()
+	if err != nil || n == 0 {
+		if err == steal.ErrExhausted {
+			err = nil
+		}
+		return 0, err
+	}
+	e.notice = e.notice[:0]
+	for k := range n {
+		call := c.Call(k)
+		e.notice = binary.LittleEndian.AppendUint64(e.notice, call.Seq<<6|uint64(call.Slot))
+	}
+	c.Release()
+	return n, nil
+}
+
+// sendNotice publishes the claim notice of the batch claimOnly took on the return ring,
+// journals the batch as handed over, and waits (busy) for the host's answer.
+func (e *Executor) sendNotice() {
+	c, n := e.Steal, e.claimed
+	j, buf := e.reserve(e.ret, len(e.notice))
+	copy(buf, e.notice)
+	rs := e.ret.Slot(j)
+	rs.SetFn(0)
+	rs.SetCall(0, 0)
+	rs.SetAbort(0)
+	rs.SetFlags(SharedResult | ClaimNotice)
+	e.ret.Publish(j)
+	e.signal()
+	for k := range n {
+		c.Finish(k)
+	}
+	e.claimed = 0
+	e.sent++
+	e.awaiting = true
+}
+
 // runClaimed runs the claimed batch: each call is journaled as started, run, answered on
 // the lane's own return ring and journaled as finished. A lane asked to stop finishes its
 // batch first, as it does its own ring's calls; an abandoned one starts nothing more (the
@@ -363,7 +454,7 @@ func (e *Executor) runClaimed() error {
 			return nil
 		}
 		c.Start(k)
-		if err := e.run(e.sbatch[k], e.sinputs[k], SharedResult); err != nil {
+		if err := e.run(e.sbatch[k], e.sinputs[k], true); err != nil {
 			return err
 		}
 		c.Finish(k)

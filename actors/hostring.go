@@ -89,6 +89,31 @@ type Result struct {
 	Payload []byte // in shared memory: decode it before SettleResult returns
 }
 
+// SharedOwner is what the owner of a stealing pool's shared ring may do beyond RingOwner;
+// NewHostRing looks for it.
+type SharedOwner interface {
+	// Staged learns, with the ring's mutex held, which call was staged in slot with seq:
+	// the host forwards it to the lane its claim is granted to (Forward).
+	Staged(slot int, seq uint64, c Call)
+	// Answer checks, before a call of the shared ring settles, that the lane whose ring
+	// (by) answered it holds it, with the abort bit it was given (abort is the result
+	// slot's field: the bit + 1, 0 for none; 0 from an in-process lane); an error means that
+	// lane broke the protocol. It uncounts the call before its caller wakes.
+	Answer(by RingOwner, fn, id, gen, abort uint32) error
+}
+
+// Claimant is a lane's Settler that takes claim notices: what the lane claimed from the
+// pool's shared ring, sent on its own return ring (a slot marked ClaimNotice), for the host
+// to grant. An error means the notice broke the protocol: the lane must die.
+type Claimant interface {
+	ClaimNotice(payload []byte) error
+}
+
+// ClaimNotice marks a result slot's flags: not a result, a claim notice (with
+// SharedResult): its payload lists what the lane claimed from the shared ring, 8 bytes per
+// call (little endian seq<<6 | slot).
+const ClaimNotice uint32 = 1 << 30
+
 // Settler settles the results a HostRing reads from its return ring: the lane that owns it.
 // An interface, not a function value: a method value is called through a wrapper, and
 // either way the call is not inlined; a result goes by value, as a pointer passed through
@@ -127,6 +152,10 @@ type RingConfig struct {
 	// Room rings the lane, parked until its full return ring has room, once a drain has
 	// retired slots (nil: the lane never parks for room).
 	Room func()
+	// HeadersOnly: a shared ring whose lanes never read payloads there (the host forwards
+	// each granted call, payload and all, to its claimant's own ring): payloads are not
+	// copied in.
+	HeadersOnly bool
 }
 
 // HostRing is the host end of a lane's rings: the producer of a submit ring, shared by every
@@ -165,16 +194,21 @@ type HostRing struct {
 	room     func()
 	draining atomic.Bool
 	fenced   atomic.Bool // the return ring is never read again
+
+	sharedOwner SharedOwner // owner, if it is one (a shared ring)
+	headersOnly bool
 }
 
 // NewHostRing returns the host end of a ring.
 func NewHostRing(c RingConfig) *HostRing {
 	lane, _ := c.Submit.(*LaneProducer)
+	so, _ := c.Owner.(SharedOwner)
 	return &HostRing{
 		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull,
 		backlog: make([]Call, max(c.Backlog, 1)), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
 		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared, room: c.Room,
+		sharedOwner: so, headersOnly: c.HeadersOnly,
 	}
 }
 
@@ -363,10 +397,15 @@ func (r *HostRing) publish(slot int, c *Call) bool {
 		s.SetCall(c.ID, c.Gen)
 		s.SetAbort(uint32(c.Abort.Load() + 1))
 		s.SetDeadline(c.Deadline)
+		s.SetFlags(0) // not a forwarded call (Forward)
 		c.Seq.Store(p.stage(slot, s))
 		return true
 	}
-	buf, err := r.prod.Put(slot, len(c.Payload))
+	n := len(c.Payload)
+	if r.headersOnly {
+		n = 0
+	}
+	buf, err := r.prod.Put(slot, n)
 	if err != nil {
 		r.prod.Release(slot)
 		return false
@@ -377,7 +416,11 @@ func (r *HostRing) publish(slot int, c *Call) bool {
 	s.SetCall(c.ID, c.Gen)
 	s.SetAbort(uint32(c.Abort.Load() + 1))
 	s.SetDeadline(c.Deadline)
-	c.Seq.Store(r.prod.Stage(slot))
+	seq := r.prod.Stage(slot)
+	c.Seq.Store(seq)
+	if r.sharedOwner != nil {
+		r.sharedOwner.Staged(slot, seq, *c)
+	}
 	return true
 }
 
@@ -413,6 +456,49 @@ func (r *HostRing) Withdraw(gate fastpath.Gate) (started uint64, ok bool) {
 		r.space = make(chan struct{})
 	}
 	return from - 1, true
+}
+
+// errForward: Forward found no room on the lane's ring, or the lane takes no calls.
+var errForward = errors.New("the lane's ring takes no forwarded call now")
+
+// Forward publishes on this ring (a lane's own) a call of the pool's shared ring that the
+// lane claimed and the host granted it: the lane runs it as one of its own calls (its
+// running word tells the host whether it started) and answers it marked SharedResult. The
+// call's record is left as it is (it stays the shared ring's, with its abort bit there).
+// It returns the call's sequence number on this ring, or an error when the ring takes no
+// call now (the lane is not ready, or its slots or arena are full): the host then
+// dispatches the call again. The caller wakes the lane.
+func (r *HostRing) Forward(c *Call) (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.lane
+	if p == nil || r.closed {
+		return 0, errForward
+	}
+	if err := r.owner.Admit(); err != nil {
+		return 0, err
+	}
+	slot, ok := p.Reserve()
+	if !ok {
+		return 0, errForward
+	}
+	if len(c.Payload) == 0 {
+		p.Empty(slot)
+	} else if buf, err := p.Put(slot, len(c.Payload)); err == nil {
+		copy(buf, c.Payload)
+	} else {
+		p.Release(slot)
+		return 0, errForward
+	}
+	s := p.Slot(slot)
+	s.SetFn(c.Def.Index())
+	s.SetCall(c.ID, c.Gen)
+	s.SetAbort(uint32(c.Abort.Load() + 1))
+	s.SetDeadline(c.Deadline)
+	s.SetFlags(SharedResult)
+	seq := p.stage(slot, s)
+	p.Flush()
+	return seq, nil
 }
 
 // Queued is how many calls wait in the backlog.
@@ -656,6 +742,11 @@ func (r *HostRing) SettleLocal(fn, id, gen uint32, o Outcome, shared bool, ran u
 	default:
 		if shared {
 			from = r.shared
+			if a := from.sharedOwner; a != nil {
+				if err = a.Answer(r.owner, fn, id, gen, 0); err != nil {
+					break
+				}
+			}
 		}
 		err = r.settle.SettleResult(Result{Def: r.tasks[fn], Key: from.key, Shared: shared, ID: id, Gen: gen, Outcome: o, Ran: ran})
 	}
@@ -697,11 +788,22 @@ func (r *HostRing) Fence(release bool) {
 // hostile: a bad one is an error wrapping fastpath.ErrCorrupt, never a panic.
 func (r *HostRing) settleSlot(i int) error {
 	s := r.ret.Slot(i)
+	flags := s.Flags()
+	if flags&ClaimNotice != 0 { // what the lane claimed from the shared ring, for grants
+		c, ok := r.settle.(Claimant)
+		if !ok || r.shared == nil || flags != SharedResult|ClaimNotice {
+			return fmt.Errorf("%w: claim notice with flags %#x", fastpath.ErrCorrupt, flags)
+		}
+		payload, err := r.ret.Payload(i)
+		if err != nil {
+			return err
+		}
+		return c.ClaimNotice(payload)
+	}
 	fn := s.Fn()
 	if int(fn) >= len(r.tasks) || r.tasks[fn] == nil {
 		return fmt.Errorf("%w: result for function %d", fastpath.ErrCorrupt, fn)
 	}
-	flags := s.Flags()
 	from := r
 	if flags&SharedResult != 0 { // a call the lane claimed from the shared ring
 		if from = r.shared; from == nil {
@@ -711,6 +813,11 @@ func (r *HostRing) settleSlot(i int) error {
 	payload, err := r.ret.Payload(i)
 	if err != nil {
 		return err
+	}
+	if a := from.sharedOwner; a != nil { // the lane must hold the call it answers
+		if err := a.Answer(r.owner, fn, s.Call(), s.Gen(), s.Abort()); err != nil {
+			return err
+		}
 	}
 	if bit := int32(s.Abort()) - 1; bit >= 0 && r.remote {
 		if err := from.FreeAbort(bit, fn, s.Call()); err != nil {

@@ -29,7 +29,10 @@ const (
 	entryFinished = 3
 
 	// ticketAttempts is how many CAS failures a claim absorbs before it returns and lets
-	// the consumer poll again (the reference's STEAL_TICKET_ATTEMPTS).
+	// the consumer poll again (the reference's STEAL_TICKET_ATTEMPTS). A stale read of the
+	// head (the tail moved on more than a ring's worth past it) and a lost race for a
+	// stamp count as failures too: every loop of a claim is bounded, whatever the shared
+	// words say (a lane that rewrites them can make a claim fail, never spin).
 	ticketAttempts = 2
 )
 
@@ -135,9 +138,14 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 			c.pc = pcIdle
 			return none
 		}
-		if avail > uint64(g.S) { // a stale head: the tail moved on twice over
-			c.pc = tHead
-			return running
+		if avail > uint64(g.S) { // a stale head (the tail moved on twice over), or a broken one
+			c.attempts++
+			if c.attempts < ticketAttempts {
+				c.pc = tHead
+				return running
+			}
+			c.pc = pcIdle
+			return none
 		}
 		c.n = uint8(min(avail, uint64(g.width)))
 		if g.half {
@@ -189,7 +197,13 @@ func (c *claimer) step(m *mem, g *geom, me int, giveUp bool) status {
 			c.b = 0
 			c.pc = tCAS
 		} else {
+			// A peer stamped it first (it only grows: the next load settles it), or a lane
+			// keeps rewriting it: the second failure gives the attempt up.
+			c.b = 0
 			c.pc = tStamp
+			if c.attempts++; c.attempts >= ticketAttempts {
+				c.pc = tAbandon
+			}
 		}
 	case tCAS:
 		t := headTicket(c.a)

@@ -390,3 +390,35 @@ func readHeader(b []byte) (header, error) {
 func geomOf(cfg Config) geom {
 	return geom{disc: cfg.Discipline, S: Slots, n: cfg.Consumers, width: cfg.Width, E: maxBatch, half: cfg.Half}
 }
+
+// Word is a named word (or range) of a ring's mapping: what the protocol shares.
+type Word struct {
+	Name         string
+	Offset, Size int
+}
+
+// Words lists the ring's shared words by name, with their offsets in the mapping: the
+// control block ("control"), "head", "tail", "live", the order cells ("order"), one
+// "stamp", "want", "journal" state and "entries" range per consumer, the submit ring's
+// producer and consumer words ("H", "W"), and each slot's header ("slot"). For diagnostics,
+// and for tests that play a lane writing the mapping.
+func (r *Ring) Words() []Word {
+	n := r.cfg.Consumers
+	out := []Word{{"control", 0, offHead}, {"head", offHead, 8}, {"tail", offTail, 8}, {"live", offLive, 4},
+		{"order", offOrder, 4 * Slots}}
+	jo := offJournal(n)
+	for c := range n {
+		out = append(out, Word{fmt.Sprintf("stamp/%d", c), offStamp + 8*c, 8}, Word{fmt.Sprintf("want/%d", c), offWant + c*line, 4},
+			Word{fmt.Sprintf("journal/%d", c), jo + c*journalLen, 8}, Word{fmt.Sprintf("entries/%d", c), jo + c*journalLen + line, 8 * Slots})
+	}
+	ring := offRing(n)
+	h, w := r.submit.Words()
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(r.b)))
+	out = append(out, Word{"H", int(uintptr(unsafe.Pointer(h)) - base), 4}, Word{"W", int(uintptr(unsafe.Pointer(w)) - base), 4})
+	stride := fastpath.HeaderBytes + r.cfg.Inline
+	slots := ring + fastpath.RingBytes(r.cfg.Inline, 0) - fastpath.Slots*stride
+	for i := range Slots {
+		out = append(out, Word{fmt.Sprintf("slot/%d", i), slots + i*stride, fastpath.HeaderBytes})
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -47,6 +48,18 @@ type mcfg struct {
 	// batches form without the host's interleavings multiplying the space.
 	prefill bool
 	half    bool // Config.Half
+	// grant runs the ring in grant mode (Producer.RequireGrants): a consumer claims, retires
+	// and sends the host a notice of its claim; the host grants each call once, checked
+	// against its own record, and the call runs then (on the claimant's own ring, which the
+	// model does not show). The host may also audit the ring (host.check) and give it up
+	// (fallback: every ungranted call runs elsewhere) at any time.
+	grant bool
+	// hostile is how many writes a hostile lane makes, each of any shared word at any step,
+	// with values from a domain per word (hostileWrites); it may also send notices of its
+	// own naming any call. Safety under it: no call runs twice, no honest claim spins
+	// without end; liveness: from every state the survivors, the host and (once it gives the
+	// ring up) the fallback settle every call.
+	hostile int
 }
 
 func (c mcfg) String() string {
@@ -60,6 +73,12 @@ func (c mcfg) String() string {
 	if c.half {
 		sv += "/half"
 	}
+	if c.grant {
+		sv += "/grant"
+	}
+	if c.hostile > 0 {
+		sv += fmt.Sprintf("/hostile=%d", c.hostile)
+	}
 	return fmt.Sprintf("%v/n=%d/w=%d/S=%d/calls=%d/victim=%d%s", c.disc, c.n, c.width, c.S, c.calls, c.victim, sv)
 }
 
@@ -69,16 +88,30 @@ const (
 	cClaim // running claim steps
 	cHeld  // batch journaled, slots not yet released
 	cRun   // running the batch's calls
+	// grant mode
+	cNotice // publishing its notice (on its own return ring)
+	cFinish // journaling the batch's entries as handed over
+	cWait   // waiting for the host to have answered its notice
 )
 
+// notice is a consumer's claim notice on its way to the host (at most one: a consumer
+// claims again only once the host has answered it).
+type notice struct {
+	pending bool
+	n       uint8
+	slots   [8]uint8
+	seqs    [8]uint64
+}
+
 type mcons struct {
-	cl     claimer
-	phase  uint8
-	k      uint8 // the call of the batch being run
-	sub    uint8 // 0 start, 1 result on the return ring, 2 finish
-	dead   bool
-	inhand uint32 // slots this consumer holds (ghost)
-	batch  [8]uint8
+	cl      claimer
+	phase   uint8
+	k       uint8 // the call of the batch being run
+	sub     uint8 // 0 start, 1 result on the return ring, 2 finish
+	dead    bool
+	needRec bool   // dead with a notice the host has not drained yet: recovered after it
+	inhand  uint32 // slots this consumer holds (ghost)
+	batch   [8]uint8
 }
 
 type mstate struct {
@@ -90,11 +123,16 @@ type mstate struct {
 	deaths uint8
 	queue  uint16 // calls waiting to be published
 	cursor uint8
+	// grant mode
+	notice   [mMaxN]notice
+	degraded bool  // the host gave the ring up: every call runs elsewhere
+	hostile  uint8 // writes the hostile lane has left
 	// ghost
 	callOfSeq [2*mMaxP + 2]uint8
 	started   [mMaxP]uint8
 	settled   [mMaxP]uint8
 	holder    [mMaxP]int8
+	ran       [mMaxP]uint8 // grant mode: runs of each call (granted, or run elsewhere)
 }
 
 type explorer struct {
@@ -129,6 +167,8 @@ func (e *explorer) initial() *mstate {
 	}
 	m := e.mem(s)
 	s.h.live = uint32(1<<e.cfg.n - 1)
+	s.h.grants = e.cfg.grant
+	s.hostile = uint8(e.cfg.hostile)
 	m.store(idLive, uint64(s.h.live))
 	if e.cfg.prefill {
 		e.apply(s, move{actor: -1, what: "publish", option: 1})
@@ -147,7 +187,7 @@ func (e *explorer) key(s *mstate) uint64 {
 	for i := range e.cfg.n {
 		c := &s.c[i]
 		cl := &c.cl
-		b = append(b, cl.pc, cl.i, cl.attempts, cl.r, cl.n, c.phase, c.k, c.sub, bool8(c.dead))
+		b = append(b, cl.pc, cl.i, cl.attempts, cl.r, cl.n, c.phase, c.k, c.sub, bool8(c.dead), bool8(c.needRec))
 		u64(cl.a)
 		u64(cl.b)
 		u64(uint64(cl.live)<<32 | uint64(cl.peer))
@@ -159,8 +199,22 @@ func (e *explorer) key(s *mstate) uint64 {
 		}
 		b = append(b, c.batch[:]...)
 	}
+	if e.cfg.grant {
+		for i := range e.cfg.n {
+			nt := &s.notice[i]
+			b = append(b, bool8(nt.pending), nt.n)
+			b = append(b, nt.slots[:nt.n]...)
+			for _, q := range nt.seqs[:nt.n] {
+				u64(q)
+			}
+		}
+		b = append(b, bool8(s.degraded), s.hostile)
+		b = append(b, s.ran[:]...)
+	}
 	h := &s.h
 	u64(uint64(h.h)<<32 | uint64(h.live))
+	u64(uint64(h.held)<<32 | uint64(bool8(h.grants)))
+	u64(h.claimedTo)
 	u64(h.tail)
 	u64(h.stored)
 	u64(h.lastSeq)
@@ -197,9 +251,10 @@ func bool8(v bool) byte {
 
 // A transition: which actor moved, for traces.
 type move struct {
-	actor  int // -1 host, -2 recovery, else consumer
+	actor  int // -1 host, -2 recovery, -3 the hostile lane, else consumer
 	what   string
 	option int
+	val    uint64 // a hostile write's value (option is the word)
 }
 
 func (mv move) String() string {
@@ -208,6 +263,8 @@ func (mv move) String() string {
 		return fmt.Sprintf("host %s/%d", mv.what, mv.option)
 	case -2:
 		return "recover " + mv.what
+	case -3:
+		return fmt.Sprintf("hostile %s %d=%#x", mv.what, mv.option, mv.val)
 	}
 	return fmt.Sprintf("c%d %s", mv.actor, mv.what)
 }
@@ -234,6 +291,13 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 	if s.recC >= 0 {
 		out = append(out, move{actor: -2, what: "step"})
 	}
+	if e.cfg.grant {
+		for i := range e.cfg.n {
+			if s.notice[i].pending {
+				out = append(out, move{actor: -1, what: "grant", option: i})
+			}
+		}
+	}
 	if s.queue != 0 && e.free(s) != 0 {
 		out = append(out, move{actor: -1, what: "publish", option: 0})
 		if bits.OnesCount16(s.queue) > 1 && bits.OnesCount32(e.free(s)) > 1 {
@@ -243,7 +307,7 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 			out = append(out, move{actor: -1, what: "publish", option: 2})
 		}
 	}
-	avail := e.available(s)
+	avail := e.available(s) && !s.degraded
 	for i := range e.cfg.n {
 		c := &s.c[i]
 		if c.dead {
@@ -253,6 +317,8 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 			continue
 		}
 		switch {
+		case c.phase == cWait && s.notice[i].pending:
+			// waits for the host's answer
 		case c.phase == cClaim && c.cl.pc == dLive && !e.cfg.survey:
 			// The survey only steers the choice of a region; the handshake must keep any
 			// choice safe. So instead of surveying the peers' WANT words, the model lets the
@@ -270,6 +336,90 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 		}
 		if canDie(i) {
 			out = append(out, move{actor: i, what: "die"})
+		}
+	}
+	if e.cfg.grant && !s.degraded {
+		// The host's audit (host.check) runs at any time: in an honest run it must never
+		// find the ring broken (a false alarm gives stealing up for good); once a hostile
+		// write made it find so, the host gives the ring up. It may also give it up at any
+		// time (a call stuck for a second: the model has no clock), which must be safe.
+		if a := s.h.check(e.mem(s), &e.g); a.Err != nil && s.hostile == uint8(e.cfg.hostile) {
+			e.fail("audit of an honest run: %v", a.Err)
+		}
+		out = append(out, move{actor: -1, what: "fallback"})
+	}
+	if s.hostile > 0 {
+		out = append(out, e.hostileMoves(s)...)
+	}
+	return out
+}
+
+// hostileMoves are the hostile lane's possible next writes: for each shared word a few
+// values a lane can write that the protocol never would (a bit of H or W flipped, the head
+// moved a ticket back or on under any owner, the tail moved, an order cell or sequence
+// number naming another slot or call, LIVE and WANT bits, stamps, journal states and
+// entries copied, zeroed or advanced), and notices of its own naming any slot's call.
+func (e *explorer) hostileMoves(s *mstate) []move {
+	g := &e.g
+	var out []move
+	add := func(id int, v uint64) {
+		if s.w[id] != v {
+			out = append(out, move{actor: -3, what: "write", option: id, val: v})
+		}
+	}
+	for slot := range g.S {
+		add(idH, s.w[idH]^1<<slot)
+		add(idW, s.w[idW]^1<<slot)
+		add(g.seq(slot), 0)
+		add(g.seq(slot), s.w[g.seq((slot+1)%g.S)])
+		add(g.seq(slot), s.w[g.seq(slot)]+1)
+		out = append(out, move{actor: -3, what: "forge", option: slot})
+	}
+	if g.disc == Ticket {
+		h := s.w[idHead]
+		t := headTicket(h)
+		for o := range g.n {
+			add(idHead, headWord(t+1, max(headBatch(h), 1), o))
+			if t > 0 {
+				add(idHead, headWord(t-1, max(headBatch(h), 1), o))
+			}
+		}
+		add(idTail, s.w[idTail]+1)
+		if s.w[idTail] > 0 {
+			add(idTail, s.w[idTail]-1)
+		}
+		for i := range g.S {
+			add(g.order(i), uint64((s.w[g.order(i)]+1)%uint64(g.S)))
+		}
+		for c := range g.n {
+			add(g.stamp(c), 0)
+			add(g.stamp(c), h)
+		}
+	} else {
+		for c := range g.n {
+			add(idLive, s.w[idLive]^1<<c)
+			add(g.want(c), 0)
+			for r := range g.regions() {
+				add(g.want(c), 1<<r)
+			}
+		}
+	}
+	for c := range g.n {
+		j := s.w[g.journal(c)]
+		add(g.journal(c), 0)
+		x := uint64(0)
+		if g.disc == Ticket {
+			x = headTicket(s.w[idHead])
+		}
+		add(g.journal(c), journalWord(x, 1, phaseCommitted))
+		if j&3 == phaseCommitted {
+			add(g.journal(c), journalWord(j>>8, int(j>>2)&63, phaseIntent))
+		}
+		for k := range g.E {
+			en := s.w[g.entry(c, k)]
+			add(g.entry(c, k), 0)
+			add(g.entry(c, k), en&^3|entryClaimed)
+			add(g.entry(c, k), s.w[g.entry((c+1)%g.n, k)])
 		}
 	}
 	return out
@@ -295,6 +445,8 @@ func (e *explorer) private(c *mcons, i int) bool {
 	switch c.phase {
 	case cRun:
 		return true
+	case cNotice, cFinish:
+		return true // its own return ring (read by the host only once written) and journal
 	case cClaim:
 		switch c.cl.pc {
 		case tIntent, tAbandon, tEntry, tCommit, dUncommit, dEntry, dCommit:
@@ -319,7 +471,7 @@ func (e *explorer) deathMoves(s *mstate) []move {
 
 // free is the set of slots the host may publish into.
 func (e *explorer) free(s *mstate) uint32 {
-	return ^(s.h.h ^ uint32(s.w[idW])) & e.g.full()
+	return ^(s.h.h ^ uint32(s.w[idW])) & e.g.full() &^ s.h.held // Producer.Reserve
 }
 
 func (e *explorer) fail(format string, args ...any) {
@@ -333,6 +485,10 @@ func (e *explorer) apply(s *mstate, mv move) {
 	m := e.mem(s)
 	g := &e.g
 	switch {
+	case mv.actor == -1 && mv.what == "grant":
+		e.grantNotice(s, mv.option)
+	case mv.actor == -1 && mv.what == "fallback":
+		e.fallback(s)
 	case mv.actor == -1:
 		// Publish one call (option 0: the next free slot in fastpath's cyclic order; option
 		// 2: the first free slot of the next region) or a burst of every queued call that
@@ -376,12 +532,25 @@ func (e *explorer) apply(s *mstate, mv move) {
 		if done {
 			e.recovered(s, c)
 		}
+	case mv.actor == -3:
+		s.hostile--
+		if mv.what == "write" {
+			m.store(mv.option, mv.val)
+		} else if seq := s.h.seqOf[mv.option]; s.h.take(g, mv.option, seq) {
+			e.run(s, s.callOfSeq[seq]) // granted to the hostile lane: it runs it, once
+		}
 	case mv.what == "die":
 		if s.c[mv.actor].dead {
 			return
 		}
 		s.c[mv.actor].dead = true
 		s.deaths++
+		if s.notice[mv.actor].pending {
+			// Its notice is on its return ring: the host drains that (Fence) before it
+			// recovers the journal.
+			s.c[mv.actor].needRec = true
+			return
+		}
 		s.recC = int8(mv.actor)
 		s.rec.begin(mv.actor)
 	case mv.what == "choose":
@@ -408,8 +577,10 @@ func (e *explorer) consumerStep(s *mstate, m *mem, i int, giveUp bool) {
 		before := c.cl.pc
 		st := c.cl.step(m, g, i, giveUp)
 		// Ghost: the claim's linearization point. Ticket: the head CAS won. Dekker: the
-		// region's snapshot was taken inside the handshake.
-		if before == tCAS && c.cl.pc == tEntry {
+		// region's snapshot was taken inside the handshake. (Not once a hostile lane has
+		// written: two claims of one call are then possible, and the grants decide.)
+		honest := s.hostile == uint8(e.cfg.hostile)
+		if before == tCAS && c.cl.pc == tEntry && honest {
 			var mask uint32
 			for k := range c.cl.n {
 				mask |= 1 << c.cl.slots[k]
@@ -419,7 +590,7 @@ func (e *explorer) consumerStep(s *mstate, m *mem, i int, giveUp bool) {
 				e.hold(s, i, s.callOfSeq[s.h.seqOf[c.cl.slots[k]]])
 			}
 		}
-		if before == dTakeW && c.cl.pc == dUncommit {
+		if before == dTakeW && c.cl.pc == dUncommit && honest {
 			e.take(s, i, c.cl.take)
 		}
 		switch st {
@@ -427,6 +598,10 @@ func (e *explorer) consumerStep(s *mstate, m *mem, i int, giveUp bool) {
 			c.cl = claimer{}
 			c.phase = cIdle
 		case committed:
+			if !honest {
+				c.phase = cHeld
+				break
+			}
 			for k := range c.cl.n {
 				slot := c.cl.slots[k]
 				if c.cl.seqs[k] != s.h.seqOf[slot] {
@@ -445,7 +620,7 @@ func (e *explorer) consumerStep(s *mstate, m *mem, i int, giveUp bool) {
 	case cHeld:
 		w0 := s.w[idW]
 		st := c.cl.step(m, g, i, false)
-		if s.w[idW] != w0 {
+		if s.w[idW] != w0 && s.hostile == uint8(e.cfg.hostile) {
 			if got := uint32(s.w[idW] ^ w0); got != c.inhand {
 				e.fail("c%d retired %#x, held %#x", i, got, c.inhand)
 			}
@@ -453,7 +628,34 @@ func (e *explorer) consumerStep(s *mstate, m *mem, i int, giveUp bool) {
 		}
 		if st == released {
 			c.phase, c.k, c.sub = cRun, 0, 0
+			if e.cfg.grant {
+				c.phase = cNotice
+			}
 		}
+	case cNotice:
+		// The notice goes out on the consumer's own return ring: what it claimed, as its
+		// claim read it (the slots and the sequence numbers in their headers).
+		nt := &s.notice[i]
+		*nt = notice{pending: true, n: c.cl.n}
+		copy(nt.slots[:], c.cl.slots[:c.cl.n])
+		copy(nt.seqs[:], c.cl.seqs[:c.cl.n])
+		for k := range c.cl.n {
+			if q := c.cl.seqs[k]; q < uint64(len(s.callOfSeq)) {
+				if call := s.callOfSeq[q]; s.holder[call] == int8(i) {
+					s.holder[call] = -1 // the host has it now
+				}
+			}
+		}
+		c.phase, c.k = cFinish, 0
+	case cFinish:
+		k := int(c.k)
+		markEntry(m, g, i, k, c.cl.seqs[k], int(c.cl.slots[k]), entryFinished)
+		if c.k++; c.k == c.cl.n {
+			c.phase = cWait
+		}
+	case cWait:
+		c.cl = claimer{}
+		c.phase, c.k = cIdle, 0
 	case cRun:
 		k := int(c.k)
 		call := c.batch[k]
@@ -486,6 +688,73 @@ func (e *explorer) consumerStep(s *mstate, m *mem, i int, giveUp bool) {
 	}
 }
 
+// grantNotice is the host's answer to consumer i's notice (Producer.Grant for each call
+// it names): a call still held in that slot with that sequence number is granted and runs,
+// once; any other is refused (an honest run never names one). A dead consumer's notice is
+// drained before its journal is recovered: its calls are granted, but the lane is gone,
+// so they are dispatched again.
+func (e *explorer) grantNotice(s *mstate, i int) {
+	nt := &s.notice[i]
+	for k := range nt.n {
+		slot, seq := int(nt.slots[k]), nt.seqs[k]
+		if s.degraded || !s.h.take(&e.g, slot, seq) {
+			if !s.degraded && s.hostile == uint8(e.cfg.hostile) {
+				e.fail("c%d's notice of slot %d, call %d, refused in an honest run", i, slot, seq)
+			}
+			continue
+		}
+		if call := s.callOfSeq[seq]; s.c[i].dead {
+			e.requeue(s, call)
+		} else {
+			e.run(s, call)
+		}
+	}
+	*nt = notice{}
+	if c := &s.c[i]; c.needRec {
+		c.needRec = false
+		s.recC = int8(i)
+		s.rec.begin(i)
+	}
+}
+
+// run is a call running (granted, or dispatched elsewhere once the ring is given up): once.
+func (e *explorer) run(s *mstate, call uint8) {
+	if s.ran[call]++; s.ran[call] > 1 {
+		e.fail("call %d ran twice", call)
+	}
+	if s.settled[call]++; s.settled[call] > 1 {
+		e.fail("call %d settled twice", call)
+	}
+}
+
+// requeue dispatches a call again: on the ring, or elsewhere once the ring is given up.
+func (e *explorer) requeue(s *mstate, call uint8) {
+	if s.degraded {
+		e.run(s, call)
+		return
+	}
+	s.queue |= 1 << call
+}
+
+// fallback gives the ring up (the pool's private lanes take over): every call the host
+// holds ungranted, and every call waiting to be published, runs elsewhere.
+func (e *explorer) fallback(s *mstate) {
+	s.degraded = true
+	for slot := range e.g.S {
+		if seq := s.h.seqOf[slot]; s.h.take(&e.g, slot, seq) {
+			call := s.callOfSeq[seq]
+			s.holder[call] = -1
+			e.run(s, call)
+		}
+	}
+	for call := range e.cfg.calls {
+		if s.queue&(1<<call) != 0 {
+			e.run(s, uint8(call))
+		}
+	}
+	s.queue = 0
+}
+
 // take checks that slots no other consumer holds are taken by consumer i, pending, and
 // records them.
 func (e *explorer) take(s *mstate, i int, mask uint32) {
@@ -504,6 +773,13 @@ func (e *explorer) hold(s *mstate, i int, call uint8) {
 	if h := s.holder[call]; h >= 0 {
 		e.fail("c%d took call %d, held by c%d", i, call, h)
 	}
+	if e.cfg.grant {
+		if !s.degraded && s.ran[call] != 0 {
+			e.fail("c%d took call %d, which ran", i, call)
+		}
+		s.holder[call] = int8(i)
+		return // given up, the ring's calls ran elsewhere: the claimant's notice is refused
+	}
 	if s.started[call] != 0 || s.settled[call] != 0 {
 		e.fail("c%d took call %d, started %d settled %d", i, call, s.started[call], s.settled[call])
 	}
@@ -514,6 +790,10 @@ func (e *explorer) hold(s *mstate, i int, call uint8) {
 func (e *explorer) recovered(s *mstate, c int) {
 	var out Recovery
 	s.rec.result(&out)
+	if e.cfg.grant {
+		e.recoveredGrant(s, c, &out)
+		return
+	}
 	if s.rec.err != nil {
 		e.fail("recover c%d: %v", c, s.rec.err)
 	}
@@ -559,9 +839,55 @@ func (e *explorer) recovered(s *mstate, c int) {
 	s.c[c] = mcons{dead: true} // it never moves again: forget its stale state
 }
 
+// recoveredGrant is recovered in grant mode: the journal is a hint. Each call it names
+// that the host still holds ungranted (Revoke) is dispatched again; the host's record
+// decides, so a forged journal can make it dispatch a call another claimant holds (whose
+// notice is then refused), never run one twice. In an honest run the hint is exact: it
+// names every call the consumer claimed and had not noticed, and started none.
+func (e *explorer) recoveredGrant(s *mstate, c int, out *Recovery) {
+	honest := s.hostile == uint8(e.cfg.hostile)
+	if s.rec.err != nil {
+		if honest {
+			e.fail("recover c%d: %v", c, s.rec.err)
+		}
+		e.fallback(s) // the pool gives the ring up
+	}
+	if honest && len(out.Started) > 0 {
+		e.fail("recover c%d: %d calls started, in grant mode", c, len(out.Started))
+	}
+	for _, list := range [][]Call{out.Fresh, out.Started} {
+		for _, cl := range list {
+			if !s.h.take(&e.g, cl.Slot, cl.Seq) {
+				continue
+			}
+			call := s.callOfSeq[cl.Seq]
+			if honest && s.holder[call] != int8(c) {
+				e.fail("recover c%d returned call %d, held by %d", c, call, s.holder[call])
+			}
+			s.holder[call] = -1
+			e.requeue(s, call)
+		}
+	}
+	if honest && !s.degraded {
+		for call, h := range s.holder[:e.cfg.calls] {
+			if int(h) == c {
+				e.fail("recover c%d did not return call %d, which it claimed and had not noticed", c, call)
+			}
+		}
+	}
+	s.recC = -1
+	s.rec = recoverer{}
+	s.c[c] = mcons{dead: true}
+}
+
 func (e *explorer) terminal(s *mstate) bool {
 	if s.queue != 0 || s.recC >= 0 {
 		return false
+	}
+	for i := range e.cfg.n {
+		if s.notice[i].pending || s.c[i].needRec {
+			return false
+		}
 	}
 	for i := range e.cfg.n {
 		if !s.c[i].dead && s.c[i].phase != cIdle {
@@ -578,6 +904,9 @@ func (e *explorer) terminal(s *mstate) bool {
 
 // check asserts what must hold in every terminal state.
 func (e *explorer) checkTerminal(s *mstate) {
+	if s.degraded || s.hostile != uint8(e.cfg.hostile) {
+		return // the ring was given up, or written by a hostile lane: nothing holds of it
+	}
 	if s.w[idH] != s.w[idW] {
 		e.fail("terminal: producer word %#x, consumer word %#x", s.w[idH], s.w[idW])
 	}
@@ -682,11 +1011,11 @@ func trace(stack []frame) []string {
 // then the consumers round robin, and reports whether every call settles. States on a run
 // that settles are remembered as good.
 func (e *explorer) progress(s *mstate) bool {
-	const limit = 20000
+	const limit, stallLimit = 20000, 2000
 	cur := new(mstate)
 	*cur = *s
 	var visited []uint64
-	rr := 0
+	rr, stalled, lastSettled := 0, 0, -1
 	var mv []move
 	for step := 0; step < limit; step++ {
 		k := e.key(cur)
@@ -703,12 +1032,19 @@ func (e *explorer) progress(s *mstate) bool {
 			e.fail("deadlock: no move enabled in a non-final state")
 			return false
 		}
-		// Host moves come first in moves(); take one if any, else a busy consumer round
-		// robin, else an idle one (a poll).
+		// Host moves come first (but the hostile lane's, which has stopped, and giving the
+		// ring up); else a busy consumer round robin, else an idle one (a poll). Only when
+		// nothing else moves, or nothing has settled for a long while, does the host give
+		// the ring up (grant mode), as its audit would on a real clock: never needed in an
+		// honest run.
 		pick := -1
-		if mv[0].actor < 0 {
-			pick = 0
-		} else {
+		for j, m := range mv {
+			if (m.actor == -1 || m.actor == -2) && m.what != "fallback" {
+				pick = j
+				break
+			}
+		}
+		if pick < 0 {
 			for j := range e.cfg.n {
 				i := (rr + j) % e.cfg.n
 				if c := &cur.c[i]; !c.dead && c.phase != cIdle {
@@ -723,6 +1059,23 @@ func (e *explorer) progress(s *mstate) bool {
 			}
 			rr++
 		}
+		if settled := e.settledCount(cur); settled != lastSettled {
+			lastSettled, stalled = settled, 0
+		} else {
+			stalled++
+		}
+		if pick < 0 || stalled > stallLimit {
+			for j, m := range mv {
+				if m.what == "fallback" {
+					if cur.hostile == uint8(e.cfg.hostile) {
+						e.fail("honest run stuck: only giving the ring up settles its calls")
+						return false
+					}
+					pick = j
+					break
+				}
+			}
+		}
 		if pick < 0 {
 			e.fail("deadlock: calls unsettled and no survivor can move")
 			return false
@@ -736,8 +1089,23 @@ func (e *explorer) progress(s *mstate) bool {
 	return false
 }
 
+func (e *explorer) settledCount(s *mstate) int {
+	n := 0
+	for _, v := range s.settled[:e.cfg.calls] {
+		n += int(v)
+	}
+	return n
+}
+
 func (e *explorer) index(mv []move, actor int) int {
 	first := -1
+	for j, m := range mv {
+		// A claimant waiting for a junior's WANT withdraws in the end (spinLimit): so it
+		// does here, or a WANT a hostile lane raised for good would hold it for ever.
+		if m.actor == actor && m.what == "giveup" {
+			return j
+		}
+	}
 	for j, m := range mv {
 		if m.actor == actor && m.what == "step" {
 			return j
@@ -782,13 +1150,19 @@ const EnvModel = "KNIT_MODEL"
 func modelGrid(mode string) []mcfg {
 	var grid []mcfg
 	prefill, half := false, false
+	grant, hostile, victims := false, 0, true
 	ticket := func(n, calls int, widths ...int) {
 		seen := map[int]bool{}
 		for _, w := range widths {
 			w = min(w, calls)
 			if !seen[w] {
 				seen[w] = true
-				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: max(4, calls), calls: calls, victim: 0, prefill: prefill, half: half})
+				victim := 0
+				if !victims {
+					victim = -1
+				}
+				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: max(4, calls), calls: calls, victim: victim, prefill: prefill, half: half,
+					grant: grant, hostile: hostile})
 			}
 		}
 	}
@@ -799,9 +1173,28 @@ func modelGrid(mode string) []mcfg {
 				regions = n
 			}
 			for v := range n {
-				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey, prefill: prefill, half: half})
+				if !victims {
+					v = -1
+				}
+				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey, prefill: prefill, half: half,
+					grant: grant, hostile: hostile})
+				if !victims {
+					break
+				}
 			}
 		}
+	}
+	// Grant mode (Producer.RequireGrants), honest; with a hostile lane (k writes, no death:
+	// victims false), where the host's audit and fallback run too.
+	granted := func(f func()) {
+		grant = true
+		f()
+		grant = false
+	}
+	hostileRuns := func(k int, deaths bool, f func()) {
+		grant, hostile, victims = true, k, deaths
+		f()
+		grant, hostile, victims = false, 0, true
 	}
 	// Runs with every call published up front, so that full batches form (up to 8 calls).
 	prefilled := func(f func()) {
@@ -823,6 +1216,8 @@ func modelGrid(mode string) []mcfg {
 		ticket(4, 1, 1)
 		halved(func() { ticket(2, 3, 8); dekker(2, 2, false, 2) })
 		dekker(2, 2, false, 2)
+		granted(func() { ticket(2, 2, 2); dekker(2, 1, false, 2) })
+		hostileRuns(1, false, func() { ticket(2, 1, 1); dekker(2, 1, false, 1) })
 		if !raceEnabled { // the race detector slows the explorer down several times
 			dekker(2, 2, true, 1)
 			dekker(3, 1, false, 4)
@@ -839,6 +1234,23 @@ func modelGrid(mode string) []mcfg {
 		dekker(3, 1, false, 1, 2, 4, 8)
 		dekker(3, 1, true, 2)
 		dekker(4, 1, false, 1, 8)
+		granted(func() {
+			ticket(2, 3, all...)
+			ticket(3, 2, 1, 2)
+			dekker(2, 2, false, 1, 2, 4, 8)
+			dekker(2, 2, true, 2)
+			dekker(3, 1, false, 1, 2, 4)
+			halved(func() { ticket(2, 3, 8); dekker(2, 3, false, 4) })
+			prefilled(func() { ticket(2, 8, 8); dekker(2, 4, false, 4) })
+		})
+		hostileRuns(1, false, func() {
+			ticket(2, 2, 1, 2)
+			ticket(3, 1, 1)
+			dekker(2, 1, false, 1, 2)
+			dekker(2, 2, false, 1)
+		})
+		hostileRuns(1, true, func() { ticket(2, 1, 1); dekker(2, 1, false, 1) })
+		hostileRuns(2, false, func() { ticket(2, 1, 1) })
 		prefilled(func() {
 			ticket(2, 8, all...)
 			halved(func() { ticket(2, 8, 8); dekker(2, 4, false, 4) })
@@ -857,6 +1269,8 @@ func modelGrid(mode string) []mcfg {
 			dekker(3, 2, false, 2, 8)
 			dekker(4, 1, false, 2, 4)
 			dekker(2, 3, true, 2, 4)
+			hostileRuns(2, false, func() { dekker(2, 1, false, 1); ticket(2, 2, 2) })
+			hostileRuns(1, true, func() { ticket(2, 2, 2); dekker(2, 2, false, 1) })
 		}
 	}
 	return grid
@@ -883,4 +1297,23 @@ func TestModel(t *testing.T) {
 		}
 	})
 	t.Logf("model check (%q grid): %d configurations, %d states, %d transitions", mode, len(grid), states.Load(), trans.Load())
+}
+
+// TestModelHostileNeedsGrants: without grants, one write of a hostile lane makes a call run
+// twice under either discipline (the claim head moved back; the producer word zeroed, which
+// makes a claimed slot pending again), and the model finds it. With grants (TestModel's
+// hostile runs) no write does.
+func TestModelHostileNeedsGrants(t *testing.T) {
+	for _, cfg := range []mcfg{
+		{disc: Ticket, n: 2, width: 1, S: 4, calls: 1, victim: -1, hostile: 1},
+		{disc: Dekker, n: 2, width: 1, S: 3, calls: 1, victim: -1, hostile: 1},
+	} {
+		e := newExplorer(cfg)
+		e.explore(e.initial())
+		if e.err == nil || !strings.Contains(e.err.Error(), "started twice") {
+			t.Errorf("%v: %v after %d states, want a call started twice", cfg, e.err, e.states)
+			continue
+		}
+		t.Logf("%v: %v after %d states:\n%s", cfg, e.err, e.states, joinLines(e.path))
+	}
 }

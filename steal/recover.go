@@ -12,6 +12,15 @@ type host struct {
 	lastSeq uint64        // the last sequence number handed out
 	seqOf   [Slots]uint64 // the sequence number of the call each slot holds
 	ticket  [Slots]uint64 // the ticket each slot was published as, under Ticket
+
+	// Grants (Producer.RequireGrants): a consumer runs no call it claimed until the host
+	// grants it, and the host grants each call once. held is the host's own record of which
+	// slots hold calls published and neither granted nor revoked; claimedTo is one past
+	// the highest ticket the host knows was claimed (granted or revoked), which the claim
+	// head can never go below.
+	grants    bool
+	held      uint32
+	claimedTo uint64
 }
 
 // stage records slot as published with seq: the sequence number goes into the slot header,
@@ -26,6 +35,103 @@ func (h *host) stage(m *mem, g *geom, slot int, seq uint64) {
 		h.tail++
 	}
 	h.h ^= 1 << slot
+	if h.grants {
+		h.held |= 1 << slot
+	}
+}
+
+// take ends the ring's hold on the call published as seq in slot, if the slot still holds
+// it and no grant or revocation has taken it yet: it reports whether it did. Everything it
+// checks is the host's own record; the slot and sequence number come from a consumer's
+// claim (a grant) or its journal (a revocation after its death), and may be anything.
+func (h *host) take(g *geom, slot int, seq uint64) bool {
+	if slot < 0 || slot >= g.S || seq == 0 || h.held&(1<<slot) == 0 || h.seqOf[slot] != seq {
+		return false
+	}
+	h.held &^= 1 << slot
+	if g.disc == Ticket {
+		h.claimedTo = max(h.claimedTo, h.ticket[slot]+1)
+	}
+	return true
+}
+
+// Anomaly is what an audit of the shared words against the host's own record found.
+type Anomaly struct {
+	// Err: a word only the host writes differs from what it wrote, or a word the consumers
+	// write holds what no claim can have written: the mapping was written by something
+	// other than the protocol.
+	Err error
+	// Claimed are the held slots the ring shows claimed (ticket: below the claim head;
+	// dekker: retired), whose claimant's notice has not reached the host yet; Waiting the
+	// held slots the ring shows claimable. A slot that stays in either while lanes are free
+	// to claim it is a ring that no longer works, whatever the words say.
+	Claimed, Waiting uint32
+	// Seq is the sequence number of the call each held slot holds.
+	Seq [Slots]uint64
+}
+
+// check audits the shared words against the host's record (grant mode): the producer word,
+// the tail, LIVE, the order cells and sequence numbers of the calls it holds are the host's
+// alone; the claim head never passes the tail nor goes back below a ticket the host knows
+// was claimed; a slot the host does not hold is never pending (its claimant retired it
+// before its notice, or recovery did); and under Ticket a held slot not yet claimed is
+// pending. One load per word, in any order: the caller holds the producer (no publication
+// moves meanwhile), and consumers only ever make held slots claimed.
+func (h *host) check(m *mem, g *geom) Anomaly {
+	var a Anomaly
+	bad := func(format string, args ...any) {
+		if a.Err == nil {
+			a.Err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+		}
+	}
+	if w := uint32(m.load(idH)); w != h.h {
+		bad("producer word %#x, the host stored %#x", w, h.h)
+	}
+	pend := (h.h ^ uint32(m.load(idW))) & g.full()
+	if stray := pend &^ h.held; stray != 0 {
+		bad("slots %#x pending, the host holds no call there", stray)
+	}
+	head := uint64(0)
+	if g.disc == Ticket {
+		if t := m.load(idTail); t != h.stored {
+			bad("tail %d, the host stored %d", t, h.stored)
+		}
+		head = headTicket(m.load(idHead))
+		if head > h.stored || head < h.claimedTo {
+			bad("claim head at ticket %d, published %d, claimed at least %d", head, h.stored, h.claimedTo)
+		}
+	} else if l := uint32(m.load(idLive)); l != h.live {
+		bad("LIVE %#x, the host stored %#x", l, h.live)
+	}
+	for s := range g.S {
+		bit := uint32(1) << s
+		if h.held&bit == 0 {
+			continue
+		}
+		if q := m.load(g.seq(s)); q != h.seqOf[s] {
+			bad("slot %d names call %d, the host published %d", s, q, h.seqOf[s])
+		}
+		claimed := pend&bit == 0
+		if g.disc == Ticket {
+			// A ticket not claimed yet still has its order cell (a claimed one's cell may
+			// name a later ticket's slot by now), and its slot is pending.
+			t := h.ticket[s]
+			if o := m.load(g.order(int(t % uint64(g.S)))); t >= head && o != uint64(s) {
+				bad("order cell of ticket %d names slot %d, the host published slot %d", t, o, s)
+			}
+			if t >= head && claimed {
+				bad("slot %d retired, its ticket %d not claimed (head %d)", s, t, head)
+			}
+			claimed = t < head
+		}
+		if claimed {
+			a.Claimed |= bit
+		} else {
+			a.Waiting |= bit
+		}
+		a.Seq[s] = h.seqOf[s]
+	}
+	return a
 }
 
 // flush publishes the staged tickets: one store of the tail per burst. (Under Dekker the

@@ -1,10 +1,13 @@
 package steal
 
 import (
+	"bytes"
 	"fmt"
 	"iter"
 	"math/bits"
 	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -88,6 +91,25 @@ type Producer struct {
 	h   host
 	rec recoverer
 	log *zap.Logger
+	// ctl is the control block as New wrote it: CheckHeader compares the mapping with it.
+	ctl [offHead]byte
+	// granted counts, per consumer, the calls the host granted it and has not seen settled
+	// (AddGranted): Held reports them in grant mode. Read by Held without the producer.
+	granted [MaxConsumers]atomic.Int32
+	// ungranted mirrors the count of held calls for Waiting, which anyone may call.
+	ungranted atomic.Int32
+	// detached is set, under detachMu, once the mapping may be unmapped (Detach): the
+	// readers for statistics and diagnostics (Held, Journal) read it no more.
+	detachMu sync.RWMutex
+	detached bool
+}
+
+// Detach is called before the mapping is unmapped: Held and Journal read it no more (they
+// may be called at any time, after the pool closed too).
+func (p *Producer) Detach() {
+	p.detachMu.Lock()
+	p.detached = true
+	p.detachMu.Unlock()
 }
 
 // Producer returns the host side of r. log is knit's root logger (nil: no logging); the
@@ -98,12 +120,103 @@ func (r *Ring) Producer(log *zap.Logger) *Producer {
 	p.h.tail = p.m.load(idTail)
 	p.h.stored = p.h.tail
 	p.h.live = uint32(p.m.load(idLive))
+	copy(p.ctl[:], r.b[:offHead])
 	return p
 }
 
+// RequireGrants makes the ring run in grant mode, before anything is published: consumers
+// claim as before, but run nothing they claimed until the host has granted it (Grant), and
+// the host grants each call once, checked against its own record of what it published
+// where — never against a word of the mapping, which any consumer can write. A consumer
+// that writes the shared words (a broken or hostile lane) can then make claims fail, or
+// calls wait until the host notices (Check), but never make a call run twice. Pools of
+// process lanes use it; goroutine lanes share the host's memory anyway.
+func (p *Producer) RequireGrants() { p.h.grants = true }
+
+// Grant checks a consumer's claim of the call published as seq in slot (as its notice names
+// them) and, if the slot still holds that call and nobody was granted it, grants it: it is
+// no longer the ring's, and the slot is free for the next call once the claimant has
+// retired it. False: the host does not grant it (it was granted or revoked already, or the
+// claim names a call that is not there: the ring's words were rewritten).
+func (p *Producer) Grant(slot int, seq uint64) bool { return p.take(slot, seq) }
+
+func (p *Producer) take(slot int, seq uint64) bool {
+	if !p.h.take(&p.r.g, slot, seq) {
+		return false
+	}
+	p.ungranted.Store(int32(bits.OnesCount32(p.h.held)))
+	return true
+}
+
+// Revoke takes back the call published as seq in slot if the ring still holds it ungranted
+// (a dead consumer's journal names it, or the ring is given up): it will not be granted,
+// and the caller dispatches it again. It reports whether the ring held it.
+func (p *Producer) Revoke(slot int, seq uint64) bool { return p.take(slot, seq) }
+
+// RevokeAll takes back every call the ring holds ungranted (the ring is given up).
+func (p *Producer) RevokeAll() []Call {
+	var out []Call
+	for s := range Slots {
+		if p.h.held&(1<<s) != 0 {
+			out = append(out, Call{Slot: s, Seq: p.h.seqOf[s]})
+		}
+	}
+	p.h.held = 0
+	p.ungranted.Store(0)
+	return out
+}
+
+// Ungranted is how many published calls the host holds ungranted (grant mode).
+func (p *Producer) Ungranted() int { return int(p.ungranted.Load()) }
+
+// AddGranted adds d to consumer c's count of calls granted and not settled, which Held
+// reports in grant mode.
+func (p *Producer) AddGranted(c, d int) {
+	if c >= 0 && c < len(p.granted) {
+		p.granted[c].Add(int32(d))
+	}
+}
+
+// Check audits the mapping against the host's own record, in grant mode (see Anomaly): the
+// control block and every word the host alone writes must be as it wrote them, and the
+// words the consumers write must hold what a claim can write.
+func (p *Producer) Check() Anomaly {
+	if err := p.CheckHeader(); err != nil {
+		return Anomaly{Err: err}
+	}
+	return p.h.check(&p.m, &p.r.g)
+}
+
+// CheckHeader compares the control block with what New wrote: a lane that opens the ring
+// validates it, so a rewritten one would keep every new lane from starting.
+func (p *Producer) CheckHeader() error {
+	if !bytes.Equal(p.r.b[:offHead], p.ctl[:]) {
+		return fmt.Errorf("%w: the control block was rewritten", ErrLayout)
+	}
+	return nil
+}
+
 // Reserve hands out a free slot (fastpath.Producer.ReserveAny: consumers retire slots in any
-// order); ok is false when all 32 are in flight.
-func (p *Producer) Reserve() (slot int, ok bool) { return p.fp.ReserveAny() }
+// order); ok is false when all 32 are in flight. In grant mode a slot whose call the host
+// has not granted yet is not free, whatever the consumer word says (its claimant retired
+// it before its notice reached the host, or a lane rewrote the word).
+func (p *Producer) Reserve() (slot int, ok bool) {
+	slot, ok = p.fp.ReserveAny()
+	if !ok || p.h.held&(1<<slot) == 0 {
+		return slot, ok
+	}
+	var skipped uint32
+	for ok && p.h.held&(1<<slot) != 0 {
+		skipped |= 1 << slot
+		slot, ok = p.fp.ReserveAny()
+	}
+	for s := range Slots {
+		if skipped&(1<<s) != 0 {
+			p.fp.Release(s)
+		}
+	}
+	return slot, ok
+}
 
 // Put places an n-byte payload for slot (fastpath.Producer.Put).
 func (p *Producer) Put(slot, n int) ([]byte, error) { return p.fp.Put(slot, n) }
@@ -131,6 +244,9 @@ func (p *Producer) Flush() bool {
 		return false
 	}
 	p.h.flush(&p.m, &p.r.g)
+	if p.h.grants {
+		p.ungranted.Store(int32(bits.OnesCount32(p.h.held)))
+	}
 	return true
 }
 
@@ -346,7 +462,8 @@ func (c *Consumer) Pending() bool {
 
 // Holder names the consumer whose journal shows the call with sequence number seq started
 // and not finished (ok false: none does). It reads words the consumers write: a hint for
-// finding the lane that runs an overdue call, never what recovery relies on.
+// finding the lane that runs an overdue call, never what recovery relies on. (In grant
+// mode the host knows who holds each call, and does not ask the journals.)
 func (p *Producer) Holder(seq uint64) (consumer int, ok bool) {
 	for c := range p.r.g.n {
 		for e := range p.committed(c) {
@@ -359,13 +476,18 @@ func (p *Producer) Holder(seq uint64) (consumer int, ok bool) {
 }
 
 // Held is how many calls consumer c's journal shows claimed and not finished (0 for an id
-// out of range). It reads words the consumer writes: a figure for statistics, never what
-// recovery relies on.
+// out of range), plus in grant mode the calls granted to it and not settled. It reads words
+// the consumer writes: a figure for statistics, never what recovery relies on.
 func (p *Producer) Held(c int) int {
 	if c < 0 || c >= p.r.g.n {
 		return 0
 	}
-	n := 0
+	n := int(p.granted[c].Load())
+	p.detachMu.RLock()
+	defer p.detachMu.RUnlock()
+	if p.detached {
+		return n
+	}
 	for e := range p.committed(c) {
 		if st := int(e & 3); st == entryClaimed || st == entryStarted {
 			n++
@@ -394,7 +516,11 @@ func (p *Producer) committed(c int) iter.Seq[uint64] {
 // Waiting is how many published calls no consumer has claimed yet (under Dekker, also
 // those claimed but not yet released): how many idle consumers the host should make sure
 // of. It reads shared words only.
+//
+// In grant mode it is at most the calls the host holds ungranted: a lane that rewrites the
+// words can make it low (calls then wait until the host's audit notices), never high.
 func (p *Producer) Waiting() int {
+	n := 0
 	if p.r.g.disc == Ticket {
 		// The head first: it never passes the tail, which only grows, so the difference
 		// cannot wrap (read the other way round, a claim between the loads made it huge).
@@ -403,16 +529,23 @@ func (p *Producer) Waiting() int {
 		if tail < head { // a head no valid claim wrote
 			return 0
 		}
-		return int(min(tail-head, Slots))
+		n = int(min(tail-head, Slots))
+	} else {
+		n = bits.OnesCount64(p.m.load(idH) ^ p.m.load(idW))
 	}
-	return bits.OnesCount64(p.m.load(idH) ^ p.m.load(idW))
+	if p.h.grants {
+		n = min(n, int(p.ungranted.Load()))
+	}
+	return n
 }
 
 // Journal returns consumer c's journal words (its state and its entries) and its WANT word,
 // for diagnostics.
 func (p *Producer) Journal(c int) (state uint64, entries []uint64, want uint64) {
 	g := &p.r.g
-	if c < 0 || c >= g.n {
+	p.detachMu.RLock()
+	defer p.detachMu.RUnlock()
+	if c < 0 || c >= g.n || p.detached {
 		return 0, nil, 0
 	}
 	want = p.m.load(g.want(c))
