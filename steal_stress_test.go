@@ -456,8 +456,9 @@ var stealTargets = []string{"control", "head", "tail", "live", "order", "stamp",
 // task running in one lane writes one family of the shared ring's words (stealScribble),
 // again and again for 300 ms, while 16 goroutines call. No call runs twice (each execution
 // counts in a file every lane maps: the run log), every call returns its own result (each
-// has a deadline far beyond any wait: one that reaches it was lost), the pool serves
-// afterwards, and Close returns. Whether the host gave the ring up (it does when the words
+// has a deadline far beyond any wait: one that reaches it was lost), the hostile lane, killed
+// afterwards, restarts (the control block may be left rewritten: the host's copy of it is
+// what a lane is started against), the pool serves, and Close returns. Whether the host gave the ring up (it does when the words
 // it audits are written, or calls stay stuck) is logged: the journals, stamps and WANT words
 // are hints the host checks everything against, and writing them may only slow claims.
 func TestStealHostileLane(t *testing.T) {
@@ -475,8 +476,9 @@ func TestStealHostileLane(t *testing.T) {
 func hostileLane(t *testing.T, mode knit.Steal, target string) {
 	const ids = 1 << 16
 	file, counters := newCounters(t, ids)
+	rec := newRecorder()
 	p, err := knit.NewPool(knit.Config{Lanes: 3, Runtime: knit.Process, Steal: mode, Logger: quiet(), Restart: eager,
-		Process: knit.ProcessConfig{Env: quickExit}}, stressOnce, stealScribble, add)
+		OnEvent: rec.record, Process: knit.ProcessConfig{Env: quickExit}}, stressOnce, stealScribble, add)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +520,7 @@ func hostileLane(t *testing.T, mode knit.Steal, target string) {
 			}
 		})
 	}
-	rounds, err := stealScribble.Call(context.Background(), p, scribbleIn{Target: target, MS: 300, Seed: rand.Uint64()})
+	out, err := stealScribble.Call(context.Background(), p, scribbleIn{Target: target, MS: 300, Seed: rand.Uint64()})
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -533,6 +535,24 @@ func hostileLane(t *testing.T, mode knit.Steal, target string) {
 			t.Errorf("call %d ran %d times", id, r)
 		}
 	}
+	// The hostile lane dies and comes back: whatever it left in the mapping (a zeroed magic
+	// among it) does not keep a lane from starting.
+	hostile := -1
+	for i, ls := range p.Stats().Lanes {
+		if ls.PID == out.PID {
+			hostile = i
+		}
+	}
+	if hostile < 0 {
+		t.Fatalf("no lane has PID %d: %+v", out.PID, p.Stats().Lanes)
+	}
+	mark := rec.mark()
+	if err := syscall.Kill(out.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rec.awaitFrom(t, mark, "the hostile lane restarted", func(e knit.Event) bool {
+		return e.Lane == hostile && e.To == knit.StateReady
+	})
 	// The pool serves: on its lanes' own rings if it gave the shared ring up.
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -542,7 +562,7 @@ func hostileLane(t *testing.T, mode knit.Steal, target string) {
 			t.Fatalf("call %d after the scribbling: %d, %v; %s", i, sum, err, knit.StealState(p))
 		}
 	}
-	t.Logf("%d calls, %d rounds of writes to %s; ring given up: %v", n, rounds, target, knit.StealDegraded(p))
+	t.Logf("%d calls, %d rounds of writes to %s; ring given up: %v", n, out.Rounds, target, knit.StealDegraded(p))
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close(context.Background()) }()
 	select {

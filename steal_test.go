@@ -527,12 +527,6 @@ func TestTicketSurvivesKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of kills")
 	}
-	if os.Getenv("KNIT_TEST_TICKET_KILLS") == "" {
-		// Open (issue 30): the shared ring's count of calls can leak one under these kills,
-		// one run in three under -race. The fix is being made; until it lands the test runs
-		// only when asked for.
-		t.Skip("the shared ring's count leak under kills is open; KNIT_TEST_TICKET_KILLS=1 runs it")
-	}
 	rec := newRecorder()
 	p := newProcessPool(t, knit.Config{Lanes: 2, Steal: knit.StealTicket, Backlog: 256, Logger: quiet(),
 		Restart: knit.Restart{MaxRestarts: 100000}, OnEvent: rec.record}, hardSpin, nap2ms, add)

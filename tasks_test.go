@@ -1500,22 +1500,22 @@ type scribbleIn struct {
 // stealScribble writes, for MS milliseconds, every word of its lane's shared submit ring
 // that Target names, again and again, with values no claim would write: random ones, zero,
 // one more and one less than the word holds, all ones, the word with a bit flipped. It
-// returns how many rounds it wrote.
-var stealScribble = knit.Define("test.hostile.stealscribble", func(_ context.Context, in scribbleIn) (int, error) {
+// returns how many rounds it wrote, and its lane's PID.
+var stealScribble = knit.Define("test.hostile.stealscribble", func(_ context.Context, in scribbleIn) (scribbleOut, error) {
 	mem, err := stealMapping()
 	if err != nil {
-		return 0, err
+		return scribbleOut{}, err
 	}
 	ring, err := steal.Open(mem)
 	if err != nil {
-		return 0, err
+		return scribbleOut{}, err
 	}
 	type word struct{ off, size int }
 	var words []word
 	if in.Target == "aborts" {
 		bm, err := ring.Aborts(mem, fastpath.DefaultAbortBits)
 		if err != nil {
-			return 0, err
+			return scribbleOut{}, err
 		}
 		off := (len(ring.Bytes()) + 63) &^ 63 // the bitmap follows the ring (steal.Ring.Aborts)
 		for o := off; o+4 <= off+fastpath.BitmapSize(bm.Len()); o += 4 {
@@ -1535,7 +1535,7 @@ var stealScribble = knit.Define("test.hostile.stealscribble", func(_ context.Con
 		}
 	}
 	if len(words) == 0 {
-		return 0, fmt.Errorf("no word named %q", in.Target)
+		return scribbleOut{}, fmt.Errorf("no word named %q", in.Target)
 	}
 	rng := rand.New(rand.NewPCG(in.Seed, 0x5eed))
 	value := func(round int, old uint64) uint64 {
@@ -1568,8 +1568,11 @@ var stealScribble = knit.Define("test.hostile.stealscribble", func(_ context.Con
 		}
 		runtime.Gosched()
 	}
-	return round, nil
+	return scribbleOut{Rounds: round, PID: os.Getpid()}, nil
 })
+
+// scribbleOut is what stealScribble did: rounds of writes, from the lane with this PID.
+type scribbleOut struct{ Rounds, PID int }
 
 // stealMapping maps, once more, the shared submit ring its lane process received: the
 // descriptor /proc/self/fd shows as the memfd knit-steal.
