@@ -662,3 +662,66 @@ func TestStealSharedCountBeforeResult(t *testing.T) {
 		})
 	}
 }
+
+// TestStealCloseKillsStubbornLanes (issue 30): Close of a stealing pool escalates on its own,
+// whatever the caller's context says (here one that has ended: Close waits for no call).
+// Both lanes run calls they stole that ignore SIGTERM, and an add waits on the shared ring
+// behind them: Close asks the lanes to stop, sends SIGTERM once StopAckTimeout passes and
+// SIGKILL after KillGrace, and returns nil; the stubborn calls fail THREAD_CLOSED after
+// SIGKILL, the waiting add THREAD_CLOSED, the ring counts nothing, and no lane outlives it.
+func TestStealCloseKillsStubbornLanes(t *testing.T) {
+	for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rec := newRecorder()
+			p, err := knit.NewPool(knit.Config{Lanes: 2, Runtime: knit.Process, Steal: mode, Logger: quiet(),
+				KillGrace: 100 * time.Millisecond, OnEvent: rec.record, Process: knit.ProcessConfig{Env: quickExit}}, stubborn, add)
+			if err != nil {
+				t.Fatal(err)
+			}
+			knit.StealAlways(p) // every call goes through the shared ring
+			var held []*knit.Future[int]
+			for i := range 2 {
+				fifo := filepath.Join(t.TempDir(), "started"+strconv.Itoa(i))
+				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, stubborn.Go(context.Background(), p, fifo))
+				if _, err := os.ReadFile(fifo); err != nil { // a lane now runs it, ignoring SIGTERM
+					t.Fatal(err)
+				}
+			}
+			var pids []int
+			for _, ls := range p.Stats().Lanes {
+				pids = append(pids, ls.PID)
+			}
+			queued := add.Go(context.Background(), p, [2]int64{1, 2})
+			ended, end := context.WithCancel(context.Background())
+			end()
+			if err := p.Close(ended); err != nil {
+				t.Errorf("Close: %v, want nil: the lanes were killed, so they ended, and their calls settled", err)
+			}
+			for i, f := range held {
+				if _, err := f.Wait(); !errors.Is(err, knit.ErrThreadClosed) || !strings.Contains(err.Error(), "SIGKILL") {
+					t.Errorf("stubborn call %d: %v, want THREAD_CLOSED after SIGKILL", i, err)
+				}
+			}
+			if _, err := queued.Wait(); !errors.Is(err, knit.ErrThreadClosed) {
+				t.Errorf("the add waiting on the ring: %v, want THREAD_CLOSED", err)
+			}
+			if s := p.Stats(); s.Shared != 0 {
+				t.Errorf("after Close the shared ring counts %d calls", s.Shared)
+			}
+			for _, pid := range pids {
+				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("lane process %d outlived Close: %v", pid, err)
+				}
+			}
+			for lane := range 2 {
+				es := rec.events(lane)
+				if last := es[len(es)-1]; last.To != knit.StateClosed || last.Code != knit.CodeThreadClosed {
+					t.Errorf("lane %d ended %+v", lane, last)
+				}
+			}
+		})
+	}
+}
