@@ -86,6 +86,10 @@ func (l *lane) bootRecord() lifecycle.Boot {
 	}
 	boot.Sandbox = laneSandbox(cfg)
 	boot.Steal, boot.Consumer = l.cid >= 0, l.cid
+	if boot.Steal {
+		rc := l.p.shared.ring.Config()
+		boot.StealRing = &rc // not the mapping's control block, which any lane can write
+	}
 	for _, d := range l.p.defs {
 		boot.Tasks = append(boot.Tasks, lifecycle.BootTask{Name: d.Name(), Index: d.Index(), Fingerprint: d.Fingerprint()})
 	}

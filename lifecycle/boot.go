@@ -89,6 +89,10 @@ type Boot struct {
 	// descriptor); the lane claims there as consumer Lane.
 	Steal    bool `json:"steal,omitempty"`
 	Consumer int  `json:"consumer,omitempty"` // the lane's consumer id on the shared ring
+	// StealRing is the shared ring's shape (steal.OpenConfig): the lane trusts it rather than
+	// the mapping's control block, which any lane can write (nil: read the control block, as
+	// from a host older than it).
+	StealRing *steal.Config `json:"steal_ring,omitempty"`
 }
 
 // SharedAbortBase offsets, in slot headers, the abort bits of calls from a stealing pool's
@@ -214,7 +218,12 @@ func Serve(h Hooks) int {
 			return fail("shared submit ring: %v", err)
 		}
 		defer runtime.KeepAlive(smp)
-		ring, err := steal.Open(smp.Bytes())
+		var ring *steal.Ring
+		if b.StealRing != nil {
+			ring, err = steal.OpenConfig(smp.Bytes(), *b.StealRing)
+		} else {
+			ring, err = steal.Open(smp.Bytes())
+		}
 		if err == nil {
 			sharedAborts, err = ring.Aborts(smp.Bytes(), fastpath.DefaultAbortBits)
 		}

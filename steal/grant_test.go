@@ -238,3 +238,34 @@ func TestClaimEndsWhateverTheWords(t *testing.T) {
 	close(stop)
 	<-done
 }
+
+// OpenConfig trusts the configuration it is given, not the control block any consumer can
+// write: a lane started after the magic was zeroed attaches and claims; Open refuses.
+func TestOpenConfigIgnoresTheControlBlock(t *testing.T) {
+	r := newRing(t, Config{Consumers: 2, Width: 2})
+	p := r.Producer(nil)
+	seqs := publish(t, p, 0, 1)
+	for off := 0; off < offHead; off += 4 {
+		store32(r, off, 0)
+	}
+	if _, err := Open(r.Bytes()); !errors.Is(err, ErrLayout) {
+		t.Errorf("Open of a zeroed control block: %v, want ErrLayout", err)
+	}
+	o, err := OpenConfig(r.Bytes(), r.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.Consumer(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Claim(); n != 1 || err != nil || c.Call(0).Seq != seqs[0] {
+		t.Fatalf("claim on the ring OpenConfig attached: %d, %v", n, err)
+	}
+	if _, err := OpenConfig(r.Bytes()[:100], r.Config()); !errors.Is(err, ErrLayout) {
+		t.Errorf("OpenConfig of a short mapping: %v, want ErrLayout", err)
+	}
+	if _, err := OpenConfig(r.Bytes(), Config{Consumers: 40}); !errors.Is(err, ErrLayout) {
+		t.Errorf("OpenConfig of 40 consumers: %v, want ErrLayout", err)
+	}
+}

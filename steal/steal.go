@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -55,6 +56,22 @@ func Open(mem []byte) (*Ring, error) {
 		return nil, err
 	}
 	return view(mem[:h.total], h.cfg)
+}
+
+// OpenConfig attaches to a submit ring New formatted with cfg, trusting cfg rather than the
+// mapping's control block, which every consumer can write: a lane that learns the ring's
+// shape from the host (its boot record) starts whatever a peer wrote there. mem must be
+// 64-byte aligned and hold Size(cfg) bytes.
+func OpenConfig(mem []byte, cfg Config) (*Ring, error) {
+	cfg = cfg.withDefaults()
+	total, err := Size(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLayout, err)
+	}
+	if len(mem) < total || uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%line != 0 {
+		return nil, fmt.Errorf("%w: %d bytes or misaligned, the ring needs %d", ErrLayout, len(mem), total)
+	}
+	return view(mem[:total], cfg)
 }
 
 func view(b []byte, cfg Config) (*Ring, error) {
