@@ -160,6 +160,9 @@ func StealState(p *Pool) string {
 	h, w := s.ring.Submit().Words()
 	out := fmt.Sprintf("waiting %d, inflight %d, queued %d, H %#x W %#x, shared waiters %d, futures %d, spinning %v lingering %v;", s.prod.Waiting(), s.inflight.Load(), s.host.Queued(), h.Load(), w.Load(),
 		s.waiters.Load(), p.futures.Load(), p.spinning.Load(), p.lingering.Load())
+	if gone, why := s.Degraded(); gone {
+		out += fmt.Sprintf(" ring given up: %s;", why)
+	}
 	for i := range p.laneCount() {
 		l := p.slots[i].cur.Load()
 		if l == nil {
@@ -167,7 +170,7 @@ func StealState(p *Pool) string {
 		}
 		a, r := l.wake.Awake()
 		js, je, want := s.prod.Journal(l.cid)
-		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d requests unread %v backlog %d;", i, l.cid, l.State(), a, r, l.Region().Running().Load(), js, je[:4], want, l.ring.Waiting(), l.done.Word().Load(), l.Region().Requests().Unread(), l.ring.Queued())
+		out += fmt.Sprintf(" lane %d cid %d state %d awake %v rung %v running %#x journal %#x %x want %#x results %v armed %d requests unread %v backlog %d;", i, l.cid, l.State(), a, r, l.Region().Running().Load(), js, je[:min(4, len(je))], want, l.ring.Waiting(), l.done.Word().Load(), l.Region().Requests().Unread(), l.ring.Queued())
 	}
 	return out
 }
@@ -226,4 +229,10 @@ func RemoteMissedWakes(p *Pool) uint64 {
 // StealDegraded reports whether a stealing pool has given its shared ring up (it found the
 // mapping written by something other than the protocol, or stuck): its lanes serve their
 // own rings only.
-func StealDegraded(p *Pool) bool { return p.shared != nil && p.shared.Degraded() }
+func StealDegraded(p *Pool) bool {
+	if p.shared == nil {
+		return false
+	}
+	gone, _ := p.shared.Degraded()
+	return gone
+}

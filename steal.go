@@ -59,7 +59,8 @@ type shared struct {
 	board    [steal.Slots]actors.Call
 	books    [steal.MaxConsumers]book
 	degraded atomic.Bool
-	closed   bool // under mu: close has run
+	whyGone  atomic.Pointer[string] // why the ring was given up, for diagnostics
+	closed   bool                   // under mu: close has run
 	// The audit (process lanes): a goroutine that checks the mapping against the host's
 	// record every auditEvery, and gives the ring up when it is broken or stuck.
 	auditStop chan struct{}
@@ -918,6 +919,7 @@ func (s *shared) degrade(why string) {
 		return
 	}
 	s.degraded.Store(true)
+	s.whyGone.Store(&why)
 	revoked := s.prod.RevokeAll()
 	clear(s.board[:])
 	s.host.CloseLocked() // its backlog's calls are dispatched below
@@ -940,8 +942,13 @@ func (s *shared) degrade(why string) {
 	p.signal()
 }
 
-// Degraded reports whether the ring was given up (degrade).
-func (s *shared) Degraded() bool { return s.degraded.Load() }
+// Degraded reports whether the ring was given up (degrade), and why.
+func (s *shared) Degraded() (bool, string) {
+	if w := s.whyGone.Load(); w != nil {
+		return true, *w
+	}
+	return s.degraded.Load(), ""
+}
 
 // audit checks the mapping against the host's record every auditEvery (process lanes,
 // under grants), after settling what the lanes sent (their claim notices among it): a word
@@ -981,6 +988,16 @@ func (s *shared) audit(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		}
 		now := time.Now()
+		if s.changing() {
+			// A lane with a consumer id is dying, recovering or starting: what it claimed
+			// returns to the ring when its recovery runs, however long reaping takes on a
+			// busy machine. The clocks start again once every such lane is ready.
+			first, idleSince = [steal.Slots]seen{}, time.Time{}
+			if a.Waiting != 0 {
+				s.wake()
+			}
+			continue
+		}
 		if s.freeLane() {
 			if idleSince.IsZero() {
 				idleSince = now
@@ -1009,6 +1026,17 @@ func (s *shared) audit(stop <-chan struct{}, done chan<- struct{}) {
 			s.wake()
 		}
 	}
+}
+
+// changing reports whether a lane incarnation holding a consumer id is not ready: booting,
+// or ended and not yet recovered (recover clears its owner entry).
+func (s *shared) changing() bool {
+	for c := range s.owner {
+		if l := s.owner[c].Load(); l != nil && l.State() != lifecycle.LaneReady {
+			return true
+		}
+	}
+	return false
 }
 
 // freeLane reports whether a ready lane of the ring is free to claim (its running word
