@@ -730,3 +730,38 @@ func TestStealCloseKillsStubbornLanes(t *testing.T) {
 		})
 	}
 }
+
+// TestStealGrantDoesNotAllocate: a call on a stealing pool of process lanes through the
+// shared ring — claimed, noticed, granted, forwarded to the claimant's own ring, answered —
+// costs no allocation, as on private lanes (TestScalarCallDoesNotAllocate).
+func TestStealGrantDoesNotAllocate(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("allocation counts are only meaningful without -race and -cover")
+	}
+	for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p := newProcessPool(t, knit.Config{Lanes: 2, Steal: mode, Logger: quiet()}, add)
+			knit.StealAlways(p)
+			ctx := context.Background()
+			failures := 0
+			allocs := testing.AllocsPerRun(10_000, func() {
+				if _, err := add.Call(ctx, p, [2]int64{1, 2}); err != nil {
+					failures++
+				}
+			})
+			if failures != 0 || allocs != 0 {
+				t.Fatalf("%v allocs per call through the shared ring (%d failures), want 0", allocs, failures)
+			}
+			if knit.StealDegraded(p) {
+				t.Fatalf("the ring was given up: %s", knit.StealState(p))
+			}
+			claimed := uint64(0)
+			for _, ls := range p.Stats().Lanes {
+				claimed += uint64(ls.Claimed)
+			}
+			if claimed < 10_000 {
+				t.Errorf("%d calls claimed from the shared ring, want every call", claimed)
+			}
+		})
+	}
+}
