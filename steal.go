@@ -55,8 +55,12 @@ type shared struct {
 	// whole to the claimant's own ring (grant). board is the call staged in each slot (under
 	// mu); books the calls granted to each consumer id and not settled; degraded is set
 	// once the host has given the ring up (degrade): calls then go to the lanes' own rings.
-	grants   bool
-	board    [steal.Slots]actors.Call
+	grants bool
+	board  [steal.Slots]actors.Call
+	// expired is, per slot, the call the audit took back from a claimant that had not sent
+	// its notice in time (expire; under mu): that claimant's late notice is refused
+	// without giving the ring up.
+	expired  [steal.Slots]uint64
 	books    [steal.MaxConsumers]book
 	degraded atomic.Bool
 	whyGone  atomic.Pointer[string] // why the ring was given up, for diagnostics
@@ -136,12 +140,16 @@ func (b *book) drain() map[uint64]granted {
 	return out
 }
 
-// The audit's pace: every auditEvery the host checks the mapping against its record, and a
-// call the ring has held ungranted for stuckAfter — claimed with no notice, or claimable
-// while a lane has been free to claim for half that — means the ring no longer works.
+// The audit's pace: every auditEvery the host checks the mapping against its record. A call
+// the ring has held claimed with no notice for stuckAfter is taken back and dispatched again
+// (once per expireAgain; twice, and the ring is given up); one claimable while a lane has
+// been free to claim for half that means the ring no longer works.
 const (
 	auditEvery = 100 * time.Millisecond
 	stuckAfter = time.Second
+	// expireAgain: a second call claimed and not handed over within this of the first
+	// (expire) gives the ring up.
+	expireAgain = 10 * stuckAfter
 )
 
 // ticketWidth is the most calls one Ticket claim takes (Half still limits it to half of what
@@ -723,6 +731,10 @@ func (s *shared) grant(l *lane, payload []byte) {
 		e := binary.LittleEndian.Uint64(payload[i:])
 		slot, seq := int(e&63), e>>6
 		if s.degraded.Load() || !s.prod.Grant(slot, seq) {
+			if slot < steal.Slots && seq != 0 && s.expired[slot] == seq {
+				s.expired[slot] = 0 // a slow claimant's: its call was dispatched again
+				continue
+			}
 			refused++
 			continue
 		}
@@ -966,6 +978,7 @@ func (s *shared) audit(stop <-chan struct{}, done chan<- struct{}) {
 	}
 	var first [steal.Slots]seen
 	var idleSince time.Time // since when a ready lane has been free at every audit
+	var lastExpiry time.Time
 	for {
 		select {
 		case <-stop:
@@ -1015,16 +1028,61 @@ func (s *shared) audit(stop <-chan struct{}, done chan<- struct{}) {
 				first[slot] = seen{seq: a.Seq[slot], since: now}
 				continue
 			}
-			free := !idleSince.IsZero() && now.Sub(idleSince) >= stuckAfter/2
-			if now.Sub(first[slot].since) >= stuckAfter && (a.Claimed&bit != 0 || free) {
-				s.degrade(fmt.Sprintf("call %d held in slot %d for %v (claimed: %v)", a.Seq[slot], slot,
-					now.Sub(first[slot].since).Round(time.Millisecond), a.Claimed&bit != 0))
+			if now.Sub(first[slot].since) < stuckAfter {
+				continue
+			}
+			if a.Claimed&bit != 0 && a.Unretired&bit == 0 {
+				// Claimed, and no notice for a second: a claimant descheduled that long on
+				// a busy machine, or a lane that claims and sits. Once in a while the call
+				// is taken back and dispatched again; the claimant's notice, if it comes,
+				// is refused (a call is granted once), and the ring goes on. Again within
+				// expireAgain, a lane is claiming calls to sit on them: the ring is given up.
+				if !lastExpiry.IsZero() && now.Sub(lastExpiry) < expireAgain {
+					s.degrade(fmt.Sprintf("call %d claimed in slot %d and not handed over for %v, %v after another",
+						a.Seq[slot], slot, now.Sub(first[slot].since).Round(time.Millisecond), now.Sub(lastExpiry).Round(time.Millisecond)))
+					return
+				}
+				lastExpiry = now
+				s.expire(slot, a.Seq[slot])
+				first[slot] = seen{}
+				continue
+			}
+			if a.Claimed&bit != 0 { // claimed a second ago and still not retired
+				s.degrade(fmt.Sprintf("call %d claimed in slot %d and not retired for %v", a.Seq[slot], slot,
+					now.Sub(first[slot].since).Round(time.Millisecond)))
+				return
+			}
+			if !idleSince.IsZero() && now.Sub(idleSince) >= stuckAfter/2 {
+				s.degrade(fmt.Sprintf("call %d waiting in slot %d for %v while a lane was free to claim it", a.Seq[slot], slot,
+					now.Sub(first[slot].since).Round(time.Millisecond)))
 				return
 			}
 		}
 		if a.Waiting != 0 {
 			s.wake()
 		}
+	}
+}
+
+// expire takes back the call published as seq in slot, claimed and not noticed in time
+// (audit), and dispatches it again: it never ran, since a lane runs only what the host
+// granted.
+func (s *shared) expire(slot int, seq uint64) {
+	s.mu.Lock()
+	ok := s.prod.Revoke(slot, seq)
+	if ok {
+		s.board[slot] = actors.Call{}
+		s.expired[slot] = seq
+	}
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.p.root.Named(logging.Steal).Info("a call claimed from the shared ring was not handed over in time: dispatched again",
+		zap.Uint64("seq", seq), zap.Int("slot", slot), zap.Duration("after", stuckAfter))
+	s.requeue(func(q uint64) bool { return q == seq })
+	if s.host.Queued() > 0 { // its slot is free again
+		s.flush()
 	}
 }
 

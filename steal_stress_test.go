@@ -579,3 +579,56 @@ func hostileLane(t *testing.T, mode knit.Steal, target string) {
 		t.Fatalf("Close did not return: %s", knit.StealState(p))
 	}
 }
+
+// TestStealClaimThatSits: on a Ticket pool of process lanes, a task in one lane claims calls
+// by the protocol's own words (head and W) and never hands them over (stealSit), as a
+// claimant descheduled between its claim and its notice would look. Once: the host takes
+// the call back after a second and dispatches it again, the caller gets its result, and the
+// ring goes on. Twice within expireAgain: a lane claims calls to sit on them, and the host
+// gives the ring up; every call still returns its result.
+func TestStealClaimThatSits(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int
+		gone  bool
+	}{{"once", 1, false}, {"twice", 2, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProcessPool(t, knit.Config{Lanes: 2, Steal: knit.StealTicket, Logger: quiet(),
+				Process: knit.ProcessConfig{Env: quickExit}}, stealSit, add)
+			knit.StealAlways(p)
+			sitter := stealSit.Go(context.Background(), p, scribbleIn{MS: 60_000, Limit: tc.limit})
+			for i := 0; ; i++ {
+				select {
+				case <-sitter.Done():
+				default:
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					sum, err := add.Call(ctx, p, [2]int64{int64(i), 1})
+					cancel()
+					if err != nil || sum != int64(i)+1 {
+						t.Fatalf("add %d: %d, %v; %s", i, sum, err, knit.StealState(p))
+					}
+					continue
+				}
+				break
+			}
+			took, err := sitter.Wait()
+			if err != nil || took != tc.limit {
+				t.Fatalf("the sitter took %d calls (%v), want %d", took, err, tc.limit)
+			}
+			callAdds(t, p, 20) // the calls it sat on included, every call is answered
+			if tc.gone {
+				// The second call it sat on is taken back by giving the ring up, whenever the
+				// audit comes to it: wait for it, through a call that waits for nothing else.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				for !knit.StealDegraded(p) {
+					if _, err := add.Call(ctx, p, [2]int64{1, 1}); err != nil {
+						t.Fatalf("waiting for the ring to be given up: %v; %s", err, knit.StealState(p))
+					}
+				}
+			} else if knit.StealDegraded(p) {
+				t.Errorf("one call sat on gave the ring up: %s", knit.StealState(p))
+			}
+		})
+	}
+}

@@ -1495,6 +1495,7 @@ type scribbleIn struct {
 	Target string // a word of steal.Ring.Words (all of a family: "want" is every want/N), or "aborts"
 	MS     int
 	Seed   uint64
+	Limit  int // stealSit: the most calls it sits on
 }
 
 // stealScribble writes, for MS milliseconds, every word of its lane's shared submit ring
@@ -1602,3 +1603,47 @@ func stealMapping() ([]byte, error) {
 	}
 	return nil, errors.New("no shared submit ring in this process")
 }
+
+// stealSit plays a lane that claims calls from a Ticket ring by the protocol's own words
+// (the head moved on one ticket, the slot retired) and never sends the host its notice: it
+// sits on up to Limit calls, polling for at most MS milliseconds, and returns how many it
+// took.
+var stealSit = knit.Define("test.hostile.stealsit", func(_ context.Context, in scribbleIn) (int, error) {
+	mem, err := stealMapping()
+	if err != nil {
+		return 0, err
+	}
+	ring, err := steal.Open(mem)
+	if err != nil {
+		return 0, err
+	}
+	at := map[string]int{}
+	for _, w := range ring.Words() {
+		at[w.Name] = w.Offset
+	}
+	head := (*atomic.Uint64)(unsafe.Pointer(&mem[at["head"]]))
+	tail := (*atomic.Uint64)(unsafe.Pointer(&mem[at["tail"]]))
+	w := (*atomic.Uint32)(unsafe.Pointer(&mem[at["W"]]))
+	took := 0
+	deadline := time.Now().Add(time.Duration(in.MS) * time.Millisecond)
+	for took < in.Limit && time.Now().Before(deadline) {
+		h := head.Load()
+		t := h >> 11
+		if tail.Load() <= t {
+			runtime.Gosched()
+			continue
+		}
+		slot := (*atomic.Uint32)(unsafe.Pointer(&mem[at["order"]+4*int(t%steal.Slots)])).Load() % steal.Slots
+		if !head.CompareAndSwap(h, (t+1)<<11|1<<5|h&31) {
+			continue
+		}
+		for { // retire the slot, as a claimant does before its notice
+			old := w.Load()
+			if w.CompareAndSwap(old, old^1<<slot) {
+				break
+			}
+		}
+		took++
+	}
+	return took, nil
+})

@@ -66,6 +66,10 @@ type Anomaly struct {
 	// held slots the ring shows claimable. A slot that stays in either while lanes are free
 	// to claim it is a ring that no longer works, whatever the words say.
 	Claimed, Waiting uint32
+	// Unretired are the Claimed slots still pending in the ring (ticket: claimed, not yet
+	// retired by the claimant). Only a slot retired can be taken back from a live claimant
+	// (Revoke): one retired later would be pending again.
+	Unretired uint32
 	// Seq is the sequence number of the call each held slot holds.
 	Seq [Slots]uint64
 }
@@ -126,6 +130,9 @@ func (h *host) check(m *mem, g *geom) Anomaly {
 		}
 		if claimed {
 			a.Claimed |= bit
+			if pend&bit != 0 {
+				a.Unretired |= bit
+			}
 		} else {
 			a.Waiting |= bit
 		}
