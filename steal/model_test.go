@@ -60,6 +60,9 @@ type mcfg struct {
 	// without end; liveness: from every state the survivors, the host and (once it gives the
 	// ring up) the fallback settle every call.
 	hostile int
+	// noExpire leaves out the host's taking back of one call (shared.expire) in grant mode:
+	// the quick grid's hostile runs, where it multiplies the states by seven.
+	noExpire bool
 }
 
 func (c mcfg) String() string {
@@ -127,6 +130,11 @@ type mstate struct {
 	notice   [mMaxN]notice
 	degraded bool  // the host gave the ring up: every call runs elsewhere
 	hostile  uint8 // writes the hostile lane has left
+	// expire: the host took back a call claimed and retired whose notice had not come
+	// (shared.expire), at most once a run (a second gives the ring up); the seqs it took
+	// back, whose late notices are refused without harm.
+	expires uint8
+	expired uint32
 	// ghost
 	callOfSeq [2*mMaxP + 2]uint8
 	started   [mMaxP]uint8
@@ -208,7 +216,8 @@ func (e *explorer) key(s *mstate) uint64 {
 				u64(q)
 			}
 		}
-		b = append(b, bool8(s.degraded), s.hostile)
+		b = append(b, bool8(s.degraded), s.hostile, s.expires)
+		u64(uint64(s.expired))
 		b = append(b, s.ran[:]...)
 	}
 	h := &s.h
@@ -347,6 +356,16 @@ func (e *explorer) moves(s *mstate, deaths bool, out []move) []move {
 			e.fail("audit of an honest run: %v", a.Err)
 		}
 		out = append(out, move{actor: -1, what: "fallback"})
+		if s.expires == 0 && !e.cfg.noExpire {
+			// Take back a call claimed and retired whose notice has not come: at any time
+			// (the real host after a second of it, a claimant descheduled or sitting).
+			a := s.h.check(e.mem(s), &e.g)
+			for slot := range e.g.S {
+				if (a.Claimed&^a.Unretired)&(1<<slot) != 0 {
+					out = append(out, move{actor: -1, what: "expire", option: slot})
+				}
+			}
+		}
 	}
 	if s.hostile > 0 {
 		out = append(out, e.hostileMoves(s)...)
@@ -489,6 +508,14 @@ func (e *explorer) apply(s *mstate, mv move) {
 		e.grantNotice(s, mv.option)
 	case mv.actor == -1 && mv.what == "fallback":
 		e.fallback(s)
+	case mv.actor == -1 && mv.what == "expire":
+		if seq := s.h.seqOf[mv.option]; s.h.take(g, mv.option, seq) {
+			call := s.callOfSeq[seq]
+			s.holder[call] = -1
+			s.expires++
+			s.expired |= 1 << seq
+			e.requeue(s, call)
+		}
 	case mv.actor == -1:
 		// Publish one call (option 0: the next free slot in fastpath's cyclic order; option
 		// 2: the first free slot of the next region) or a burst of every queued call that
@@ -698,6 +725,10 @@ func (e *explorer) grantNotice(s *mstate, i int) {
 	for k := range nt.n {
 		slot, seq := int(nt.slots[k]), nt.seqs[k]
 		if s.degraded || !s.h.take(&e.g, slot, seq) {
+			if seq < 32 && s.expired&(1<<seq) != 0 {
+				s.expired &^= 1 << seq // taken back (expire): refused without harm
+				continue
+			}
 			if !s.degraded && s.hostile == uint8(e.cfg.hostile) {
 				e.fail("c%d's notice of slot %d, call %d, refused in an honest run", i, slot, seq)
 			}
@@ -1039,7 +1070,7 @@ func (e *explorer) progress(s *mstate) bool {
 		// honest run.
 		pick := -1
 		for j, m := range mv {
-			if (m.actor == -1 || m.actor == -2) && m.what != "fallback" {
+			if (m.actor == -1 || m.actor == -2) && m.what != "fallback" && m.what != "expire" {
 				pick = j
 				break
 			}
@@ -1162,7 +1193,7 @@ func modelGrid(mode string) []mcfg {
 					victim = -1
 				}
 				grid = append(grid, mcfg{disc: Ticket, n: n, width: w, S: max(4, calls), calls: calls, victim: victim, prefill: prefill, half: half,
-					grant: grant, hostile: hostile})
+					grant: grant, hostile: hostile, noExpire: hostile > 0 && mode == ""})
 			}
 		}
 	}
@@ -1177,7 +1208,7 @@ func modelGrid(mode string) []mcfg {
 					v = -1
 				}
 				grid = append(grid, mcfg{disc: Dekker, n: n, width: w, S: w * regions, calls: calls, victim: v, survey: survey, prefill: prefill, half: half,
-					grant: grant, hostile: hostile})
+					grant: grant, hostile: hostile, noExpire: hostile > 0 && mode == ""})
 				if !victims {
 					break
 				}
