@@ -747,7 +747,7 @@ func (s *shared) grant(l *lane, payload []byte) {
 	b := &s.books[l.cid]
 	for k := range n {
 		c := &calls[k]
-		if gone(c) && c.Def.Drop(sharedKey, c.ID, c.Gen) {
+		if c.Gone() && c.Def.Drop(sharedKey, c.ID, c.Gen) {
 			// Its caller has gone: it leaves without running, as from a backlog.
 			if bit := c.Abort.Load(); bit >= sharedAbortBase {
 				s.host.ReleaseAbort(bit)
@@ -774,19 +774,6 @@ func (s *shared) grant(l *lane, payload []byte) {
 	}
 	if refused > 0 && !s.degraded.Load() {
 		s.degrade(fmt.Sprintf("lane %d's claim names %d calls the ring does not hold as named", l.Idx, refused))
-	}
-}
-
-// gone reports whether a call's caller has given up on it.
-func gone(c *actors.Call) bool {
-	if c.Done == nil {
-		return false
-	}
-	select {
-	case <-c.Done:
-		return true
-	default:
-		return false
 	}
 }
 

@@ -522,7 +522,7 @@ func (r *HostRing) flushLocked() bool {
 	}
 	moved := 0
 	for r.n > 0 {
-		if c := &r.backlog[r.head]; gone(c) && r.drop(c) {
+		if c := &r.backlog[r.head]; c.Gone() && r.drop(c) {
 			// Its caller has gone: it leaves without running (a cancel storm then costs
 			// the lane nothing once it ends).
 			r.backlog[r.head] = Call{}
@@ -559,8 +559,8 @@ func (r *HostRing) flushLocked() bool {
 	return moved > 0
 }
 
-// gone reports whether a call's caller has given up on it.
-func gone(c *Call) bool {
+// Gone reports whether the call's caller has given up on it.
+func (c *Call) Gone() bool {
 	if c.Done == nil {
 		return false
 	}
@@ -594,7 +594,7 @@ func (r *HostRing) dropGoneLocked() int {
 	kept, dropped := 0, 0
 	for i := range r.n {
 		c := &r.backlog[(r.head+i)%len(r.backlog)]
-		if gone(c) && r.drop(c) {
+		if c.Gone() && r.drop(c) {
 			dropped++
 			continue
 		}
