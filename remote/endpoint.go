@@ -489,15 +489,27 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// closeAll closes the connections this side dialled (client), or all of them, for good.
+// closeAll closes the connections this side dialled (client), or all of them, for good. A
+// connection this endpoint dialled to itself (a node and a pool in one process) is left to
+// the second call, after protoactor's shutdown: cut first, its other end's reader would end
+// on its own while protoactor tells every reader to leave, which races (and can panic) inside
+// protoactor (a send on the channel the reader closes).
 func (t *tracker) closeAll(client bool) {
 	t.mu.Lock()
 	if !client {
 		t.closed = true
 	}
+	accepted := map[string]bool{} // the far ends of connections this side accepted
+	if client {
+		for c := range t.conns {
+			if !c.client {
+				accepted[c.RemoteAddr().String()] = true
+			}
+		}
+	}
 	conns := make([]*trackedConn, 0, len(t.conns))
 	for c := range t.conns {
-		if c.client || !client {
+		if !client || c.client && !accepted[c.LocalAddr().String()] {
 			conns = append(conns, c)
 		}
 	}
