@@ -345,39 +345,25 @@ func (m *Member) Check(ctx context.Context, address string) error {
 	return err
 }
 
-// close stops the endpoint: every connection is cut first, so that nothing waits on a peer
-// that has stopped reading, then protoactor's remote and the actor system stop.
+// close stops the endpoint: every connection is cut, so that nothing waits on a peer that
+// has stopped reading, then protoactor's remote and the actor system stop.
+//
+// protoactor's graceful shutdown is not used: it tells each reader to leave by a send on a
+// channel that the reader's handler closes when its stream then ends, with nothing ordering
+// the two (the race detector reports it), and a reader that ends on its own first makes it a
+// send on a closed channel. Stopping the gRPC server ends every stream, and each reader
+// removes itself.
 func (e *Endpoint) close() {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
 	e.sys.EventStream.Unsubscribe(e.sub)
-	// Connections this side dialled go first: a writer blocked on a peer that stopped
-	// reading returns, so protoactor can stop it. Connections peers dialled are cut only if
-	// the shutdown waits for them (gRPC's graceful stop waits for every peer to close its
-	// stream, which a frozen peer never does), and only after protoactor has told each of
-	// their readers to leave: a reader ending on its own while protoactor does that is a
-	// send on a closed channel inside protoactor.
 	e.conns.closeAll(true)
-	done := make(chan struct{})
-	go func() {
-		e.r.Shutdown(true)
-		close(done)
-	}()
-	t := time.NewTimer(shutdownGrace)
-	select {
-	case <-done:
-	case <-t.C:
-		e.conns.closeAll(false)
-		<-done
-	}
-	t.Stop()
+	e.r.Shutdown(false)
+	e.conns.closeAll(false)
 	e.sys.Shutdown()
 	e.conns.closeAll(false) // any made while it shut down
 }
-
-// shutdownGrace is how long close lets peers close their streams before it cuts them.
-const shutdownGrace = 500 * time.Millisecond
 
 // ServerTLS is cfg for the listening side: client certificates required and verified
 // (against ClientCAs, or RootCAs when it has none), TLS 1.2 at least.
@@ -489,27 +475,15 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// closeAll closes the connections this side dialled (client), or all of them, for good. A
-// connection this endpoint dialled to itself (a node and a pool in one process) is left to
-// the second call, after protoactor's shutdown: cut first, its other end's reader would end
-// on its own while protoactor tells every reader to leave, which races (and can panic) inside
-// protoactor (a send on the channel the reader closes).
+// closeAll closes the connections this side dialled (client), or all of them, for good.
 func (t *tracker) closeAll(client bool) {
 	t.mu.Lock()
 	if !client {
 		t.closed = true
 	}
-	accepted := map[string]bool{} // the far ends of connections this side accepted
-	if client {
-		for c := range t.conns {
-			if !c.client {
-				accepted[c.RemoteAddr().String()] = true
-			}
-		}
-	}
 	conns := make([]*trackedConn, 0, len(t.conns))
 	for c := range t.conns {
-		if !client || c.client && !accepted[c.LocalAddr().String()] {
+		if c.client || !client {
 			conns = append(conns, c)
 		}
 	}
