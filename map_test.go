@@ -114,7 +114,9 @@ func TestMapCancelled(t *testing.T) {
 	}
 }
 
-// On goroutine lanes a Map allocates per Map, not per element.
+// On goroutine lanes a Map allocates per Map, not per element: a Map of 10,000 elements
+// allocates no more than one of 100 (give or take one allocation the lanes' own machinery
+// may make meanwhile), and a Map's own allocations are a handful.
 func TestMapDoesNotAllocatePerElement(t *testing.T) {
 	if testing.CoverMode() != "" || raceEnabled {
 		t.Skip("coverage and the race detector change allocation counts (CI runs this without them)")
@@ -124,14 +126,17 @@ func TestMapDoesNotAllocatePerElement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	in := make([]int, 1000)
-	allocs := testing.AllocsPerRun(20, func() {
-		if _, err := mapSquare.Map(context.Background(), p, in); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs > 4 {
-		t.Errorf("%.0f allocations for a Map of %d", allocs, len(in))
+	allocs := func(n int) float64 {
+		in := make([]int, n)
+		return testing.AllocsPerRun(20, func() {
+			if _, err := mapSquare.Map(context.Background(), p, in); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	small, large := allocs(100), allocs(10000)
+	if large > small+1 || small > 6 {
+		t.Errorf("%.0f allocations for a Map of 100, %.0f for a Map of 10000", small, large)
 	}
 }
 
