@@ -48,3 +48,42 @@ func TestCallsMoveFromBehindALongCall(t *testing.T) {
 		t.Fatalf("the long call after its cancellation: %v, want CANCELED", err)
 	}
 }
+
+// A lane that stays on one long call has its queue taken back at every look, not once: calls
+// that reached it while no other lane was free (here: while it was the only lane) move when
+// one is. The second batch fills the slots the first left behind the fence and then the
+// backlog (the fence is extended over the slots); the third finds every slot fenced and waits
+// in the backlog alone (it moves without the gate).
+func TestCallsMoveFromBehindALongCallAgain(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, MoveQueuedAfter: 5 * time.Millisecond,
+		Process: knit.ProcessConfig{Env: quickExit}}, running, add)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := runningCall(t, ctx, p)
+	moved := 0
+	for round, n := range []int{10, 100, 50} {
+		futs := make([]*knit.Future[int64], n)
+		for i := range futs {
+			futs[i] = add.Go(context.Background(), p, [2]int64{int64(i), int64(round)})
+		}
+		if err := p.Resize(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range futs {
+			if v, err := f.Wait(); err != nil || v != int64(i+round) {
+				t.Fatalf("round %d, call %d queued behind the long call: %d, %v", round, i, v, err)
+			}
+		}
+		if err := p.Resize(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		moved += n
+		if got := p.Stats().Lanes[0]; got.Moved != uint64(moved) || got.Crashes != 0 {
+			t.Fatalf("round %d: the long call's lane moved %d calls (want %d), %d crashes", round, got.Moved, moved, got.Crashes)
+		}
+	}
+	cancel()
+	if _, err := long.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the long call after its cancellation: %v, want CANCELED", err)
+	}
+}

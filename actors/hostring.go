@@ -427,17 +427,24 @@ func (r *HostRing) publish(slot int, c *Call) bool {
 // Withdraw takes back the calls queued behind the one lane's own ring is running, which
 // then run on other lanes: the calls it has published that the lane has not started (gate
 // decides which, see fastpath.Gate) and every call of the backlog, whose abort bits it
-// frees. It returns the sequence number of the last call the lane started; the owner moves
-// the calls' records (Def.Withdraw with that as LaneEnd.Started) and uncounts them. ok is
-// false, and nothing taken, when the lane started a call meanwhile, is still skipping the
-// calls of an earlier Withdraw, or has none queued. Called with mu held.
+// frees. It returns the sequence number of the last call that stays on the lane; the owner
+// moves the calls' records (Def.Withdraw with that as LaneEnd.Started) and uncounts them.
+// When the gate takes no published call back (the lane started one meanwhile, or an earlier
+// Withdraw's fence covers them all), only the backlog moves; ok is false, and nothing taken,
+// when there is nothing to move. Called with mu held.
 func (r *HostRing) Withdraw(gate fastpath.Gate) (started uint64, ok bool) {
 	if r.lane == nil || r.closed {
 		return 0, false
 	}
 	from, ok := gate.Fence(r.lane.seq)
+	started = from - 1
 	if !ok {
-		return 0, false
+		// The published calls stay where they are (the lane started one, or an earlier
+		// fence took every one). The backlog's calls were never published: they move.
+		if r.n == 0 {
+			return 0, false
+		}
+		started = r.lane.seq
 	}
 	for r.n > 0 {
 		c := &r.backlog[r.head]
@@ -455,7 +462,7 @@ func (r *HostRing) Withdraw(gate fastpath.Gate) (started uint64, ok bool) {
 		close(r.space)
 		r.space = make(chan struct{})
 	}
-	return from - 1, true
+	return started, true
 }
 
 // errForward: Forward found no room on the lane's ring, or the lane takes no calls.

@@ -11,7 +11,10 @@ import "sync/atomic"
 // every call after that one, up to the last it published, is fenced. Exactly one of the two
 // CASes wins, so a call either started on the lane (the fence failed and nothing moves) or is
 // the host's to run elsewhere (the lane sees the fence and skips it). The lane lifts the fence
-// when it reaches the last call fenced. Only the lane writes a fenced word.
+// when it reaches the last call fenced. While the lane is still behind a fence (it is running
+// the same long call), the host may extend the fence over calls published since, again with
+// one CAS that the lane's lift can beat: a lane stuck for seconds has its queue taken back at
+// every look, not once.
 //
 // The word is the lane's to write: a lane that writes garbage can at worst have its own calls
 // taken back while they run (and run twice), which it could do to them anyway; it cannot
@@ -31,32 +34,60 @@ const (
 func (g Gate) Enter(seq uint64) bool {
 	for {
 		v := g.w.Load()
-		if v&gateFenced != 0 {
-			from, n := uint32(v), uint32(v>>32)&^(gateFenced>>32)
-			if d := uint32(seq) - from; d < n {
-				if d == n-1 { // the last call fenced: the lane is past the fence
-					g.w.CompareAndSwap(v, seq)
-				}
-				return false
-			}
-		}
-		if g.w.CompareAndSwap(v, seq) {
-			return true
+		w, write, run := enter(v, seq)
+		if !write || g.w.CompareAndSwap(v, w) || !run {
+			return run
 		}
 	}
 }
 
+// enter is the lane's step for call seq from the word v: whether it runs the call, and the
+// word it writes in place of v (when write). A call it skips needs no write, but for the
+// last call of a fence, which lifts it: if that write loses, the host extended the fence,
+// which the lane lifts later. A call it runs must win its write, or be decided again.
+func enter(v, seq uint64) (w uint64, write, run bool) {
+	if v&gateFenced != 0 {
+		from, n := uint32(v), fencedCount(v)
+		if d := uint32(seq) - from; d < n {
+			return seq, d == n-1, false
+		}
+	}
+	return seq, true, true
+}
+
 // Fence is called by the host to withdraw the calls after the last one the lane started, up
-// to last, the last it published. It returns the first call withdrawn; ok is false if the
-// lane started another call first, is not past an earlier fence yet, or has none to withdraw.
+// to last, the last it published. It returns the first call of the fence: the calls from
+// there to last are withdrawn, those of an earlier fence it extends included. ok is false if
+// the lane started another call first, lifted or reached the end of an earlier fence, or has
+// nothing new to withdraw.
 func (g Gate) Fence(last uint64) (from uint64, ok bool) {
 	v := g.w.Load()
-	if v&gateFenced != 0 || last <= v || last-v > MaxWithdraw {
-		return 0, false
-	}
-	from = v + 1
-	return from, g.w.CompareAndSwap(v, gateFenced|(last-v)<<32|uint64(uint32(from)))
+	w, from, ok := fence(v, last)
+	return from, ok && g.w.CompareAndSwap(v, w)
 }
+
+// fence is the host's step: the word that fences the calls after v up to last, and the first
+// of them.
+func fence(v, last uint64) (w, from uint64, ok bool) {
+	if v&gateFenced == 0 {
+		if last <= v || last-v > MaxWithdraw {
+			return 0, 0, false
+		}
+		from = v + 1
+	} else {
+		// Extend an earlier fence that the lane is behind: its start in full from last,
+		// which it is at most MaxWithdraw behind.
+		d := uint64(uint32(last) - uint32(v))
+		if d+1 <= uint64(fencedCount(v)) || d >= MaxWithdraw {
+			return 0, 0, false
+		}
+		from = last - d
+	}
+	return gateFenced | (last-from+1)<<32 | uint64(uint32(from)), from, true
+}
+
+// fencedCount is how many calls the fenced word v covers.
+func fencedCount(v uint64) uint32 { return uint32(v>>32) &^ (gateFenced >> 32) }
 
 // Fenced reports whether withdrawn calls are still ahead of the lane.
 func (g Gate) Fenced() bool { return g.w.Load()&gateFenced != 0 }

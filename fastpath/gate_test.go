@@ -7,81 +7,86 @@ import (
 	"testing"
 )
 
-// TestGateModel runs every interleaving of a lane entering calls 1..k (a load, then a CAS,
-// retried) with a host that fences once (a load, then a CAS) at any point, and checks that
-// each call either ran on the lane or was withdrawn, never both and never neither, and that
-// the lane ends past the fence.
+// TestGateModel runs every interleaving of a lane entering calls 1..k as they are published
+// (enter's decision on a load, then its CAS, retried) with a host that fences twice (a load,
+// then a CAS, with fence's decision): first over calls 1..k-1, then, after publishing call
+// k, again — a fresh fence or an extension of the first. It checks that each call either ran
+// on the lane or was withdrawn (the host moves the calls of a fence it has not moved yet),
+// never both and never neither, and that the lane ends past every fence.
 func TestGateModel(t *testing.T) {
 	const k = 4
 	type state struct {
-		word             uint64
-		seq              uint64 // the call the lane is entering (k+1: done)
-		laneLoaded       bool
-		laneV            uint64
-		hostStep         int // 0: not yet, 1: loaded, 2: done
-		hostV            uint64
-		ran, withdrew    uint32 // bit per call
-		fencedFrom, last uint64
+		word          uint64
+		seq           uint64 // the call the lane is entering (k+1: done)
+		published     uint64
+		laneLoaded    bool
+		laneV         uint64
+		hostStep      int // 0 load, 1 CAS (fence 1); 2 publish k; 3 load, 4 CAS (fence 2); 5 done
+		hostV         uint64
+		ran, withdrew uint32 // bit per call
+		extended      bool
 	}
-	runs := 0
+	runs, extensions := 0, 0
 	var explore func(s state)
 	explore = func(s state) {
-		if s.seq > k && s.hostStep == 2 {
+		if s.seq > k && s.hostStep == 5 {
 			runs++
+			if s.extended {
+				extensions++
+			}
 			if s.ran&s.withdrew != 0 || s.ran|s.withdrew != (1<<(k+1))-2 {
-				t.Fatalf("ran %04b withdrew %04b (fence from %d to %d)", s.ran>>1, s.withdrew>>1, s.fencedFrom, s.last)
+				t.Fatalf("ran %04b withdrew %04b", s.ran>>1, s.withdrew>>1)
 			}
 			if s.word&gateFenced != 0 {
 				t.Fatalf("the lane ended fenced: %#x", s.word)
 			}
 			return
 		}
-		if s.seq <= k { // the lane's next step
+		if s.seq <= s.published { // the lane's next step
 			n := s
-			switch v := n.word; {
-			case !n.laneLoaded && v&gateFenced != 0 && uint32(n.seq)-uint32(v) < uint32(v>>32)&^(gateFenced>>32):
-				// Load saw the call fenced: skip it (lifting the fence at its last call,
-				// a CAS nobody can beat, as only the lane writes a fenced word).
-				if uint32(n.seq)-uint32(v) == uint32(v>>32)&^(gateFenced>>32)-1 {
-					n.word = n.seq
+			if !n.laneLoaded {
+				n.laneLoaded, n.laneV = true, n.word
+			} else {
+				w, write, run := enter(n.laneV, n.seq)
+				switch {
+				case write && n.word == n.laneV: // the CAS wins
+					n.word = w
+					fallthrough
+				case !write || !run: // a skip: decided whatever the CAS did
+					if run {
+						n.ran |= 1 << n.seq
+					}
+					n.seq++
 				}
-				n.seq++
-			case !n.laneLoaded:
-				n.laneLoaded, n.laneV = true, v
-			case v == n.laneV: // the CAS wins: the call runs
-				n.word = n.seq
-				n.ran |= 1 << n.seq
-				n.seq++
-				n.laneLoaded = false
-			default: // the CAS loses: load again
-				n.laneLoaded = false
+				n.laneLoaded = false // a lost CAS of a call to run: load again
 			}
 			explore(n)
 		}
-		switch s.hostStep { // the host's next step
-		case 0:
-			n := s
-			n.hostStep, n.hostV = 1, n.word
-			explore(n)
-		case 1:
-			n := s
-			n.hostStep = 2
-			v, last := n.hostV, uint64(k) // every call is published
-			if v&gateFenced == 0 && last > v && n.word == v {
-				n.word = gateFenced | (last-v)<<32 | uint64(uint32(v+1))
-				n.fencedFrom, n.last = v+1, last
-				for c := v + 1; c <= last; c++ {
+		n := s // the host's next step
+		switch s.hostStep {
+		case 0, 3:
+			n.hostV = n.word
+		case 1, 4:
+			if w, from, ok := fence(n.hostV, n.published); ok && n.word == n.hostV {
+				n.extended = n.extended || n.hostV&gateFenced != 0
+				n.word = w
+				for c := from; c <= n.published; c++ {
 					n.withdrew |= 1 << c
 				}
 			}
-			explore(n)
+		case 2:
+			n.published = k
+		case 5:
+			return
 		}
+		n.hostStep++
+		explore(n)
 	}
-	explore(state{seq: 1})
-	if runs == 0 {
-		t.Fatal("no interleaving explored")
+	explore(state{seq: 1, published: k - 1})
+	if runs == 0 || extensions == 0 {
+		t.Fatalf("%d interleavings, %d with an extended fence", runs, extensions)
 	}
-	t.Logf("%d interleavings", runs)
+	t.Logf("%d interleavings, %d with an extended fence", runs, extensions)
 }
 
 // TestGateConcurrent has a lane goroutine enter calls as a host fences behind it, with the
