@@ -1,8 +1,11 @@
 package knit_test
 
 import (
+	"bytes"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/goleak"
@@ -26,6 +29,25 @@ type pinned struct{ m *testing.M }
 
 func (p pinned) Run() int {
 	unpin := remote.Pin()
-	defer unpin()
-	return p.m.Run()
+	code := p.m.Run()
+	unpin()
+	awaitEndpointWriters()
+	return code
+}
+
+// awaitEndpointWriters waits for protoactor's endpoint writers that are still in their
+// connection attempt when the endpoint stops: one that failed to reach a node a test killed
+// sleeps 2 s in its actor before it looks again (protoactor-go's endpointWriter.initialize,
+// which nothing can interrupt), longer than goleak waits. protoactor offers no event to wait
+// on, so this looks at the goroutines' stacks, for at most 10 s.
+func awaitEndpointWriters() {
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 1<<20)
+	for time.Now().Before(deadline) {
+		n := runtime.Stack(buf, true)
+		if !bytes.Contains(buf[:n], []byte("remote.(*endpointWriter).initialize")) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -458,6 +458,23 @@ func onNode(p *knit.Pool) map[string]int {
 	return m
 }
 
+// placed waits until n lanes are ready — the last calls may have started a recycle (a lane
+// being replaced is on no node) — and returns how many are on each node.
+func placed(t *testing.T, p *knit.Pool, rec *recorder, n int) map[string]int {
+	t.Helper()
+	for {
+		mark := rec.mark() // before the look: a lane ready after it is an event after mark
+		where, ready := onNode(p), 0
+		for _, k := range where {
+			ready += k
+		}
+		if ready >= n {
+			return where
+		}
+		rec.awaitFrom(t, mark, fmt.Sprintf("%d lanes ready (%v)", n, where), func(e knit.Event) bool { return e.To == knit.StateReady })
+	}
+}
+
 // TestRemoteNodeKilled: a node SIGKILLed under load. Every call settles; every Idempotent
 // call succeeds; a plain call either succeeded and ran once or failed NODE_LOST (it was on
 // the node, in doubt) and ran at most once; the node's lanes come back on the survivors.
@@ -484,7 +501,7 @@ func TestRemoteNodeKilled(t *testing.T) {
 	ld.wait(t, 2000)
 	n := ld.finish()
 	failed := checkInDoubt(t, ld, n, runs)
-	where := onNode(p)
+	where := placed(t, p, rec, 6)
 	if where[victim.addr] != 0 || where[nodes[0].addr]+where[nodes[2].addr] != 6 {
 		t.Errorf("lanes per node after the loss: %v", where)
 	}
@@ -551,7 +568,7 @@ func TestRemoteNodeRestarted(t *testing.T) {
 			return e.Lane == lane && e.To == knit.StateReady
 		})
 	}
-	if where := onNode(p); where[nodes[0].addr] != 4 {
+	if where := placed(t, p, rec, 4); where[nodes[0].addr] != 4 {
 		t.Errorf("lanes per node with one node down: %v", where)
 	}
 	mark = rec.mark()
@@ -565,7 +582,7 @@ func TestRemoteNodeRestarted(t *testing.T) {
 		})
 	}
 	addConcurrentlyRemote(t, p, 400)
-	if where := onNode(p); where[nodes[0].addr] != 2 || where[again.addr] != 2 {
+	if where := placed(t, p, rec, 4); where[nodes[0].addr] != 2 || where[again.addr] != 2 {
 		t.Errorf("lanes per node once the node is back: %v", where)
 	}
 }
@@ -1035,7 +1052,7 @@ func TestRemoteLaneLife(t *testing.T) {
 		t.Fatal(err)
 	}
 	addConcurrentlyRemote(t, p, 200)
-	if where := onNode(p); where[nodes[0].addr] != 2 || where[nodes[1].addr] != 2 {
+	if where := placed(t, p, rec, 4); where[nodes[0].addr] != 2 || where[nodes[1].addr] != 2 {
 		t.Errorf("lanes per node after growing to 4: %v", where)
 	}
 	if err := p.Resize(context.Background(), 1); err != nil {
