@@ -1,6 +1,7 @@
 package knit
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/knitgo/knit/supervisor"
@@ -59,6 +60,11 @@ type Stats struct {
 	// StealLocal, which has no ring).
 	Steal  Steal
 	Shared int
+	// StealGivenUp says why the pool gave its shared submit ring up — its host found it
+	// written by something other than the protocol (a hostile lane), or a claim that sat —
+	// after which every call goes to a lane's own ring, as with private lanes, for the
+	// pool's life (docs/stealing.md). Empty while the ring serves, and without one.
+	StealGivenUp string
 	// Failures counts every call that failed since the pool started, by code, whatever
 	// failed it: its task, its lane's end, a timeout, its caller's context, a full backlog,
 	// a closed pool. TotalFailed is their sum.
@@ -104,6 +110,9 @@ func (p *Pool) Stats() Stats {
 	s.Steal = StealOff
 	if sh := p.shared; sh != nil {
 		s.Steal, s.Shared = sh.mode, int(sh.inflight.Load())
+		if gone, why := sh.Degraded(); gone {
+			s.StealGivenUp = cmp.Or(why, "given up")
+		}
 	}
 	if p.group != nil {
 		s.Steal = StealLocal

@@ -626,8 +626,13 @@ func TestStealClaimThatSits(t *testing.T) {
 						t.Fatalf("waiting for the ring to be given up: %v; %s", err, knit.StealState(p))
 					}
 				}
-			} else if knit.StealDegraded(p) {
-				t.Errorf("one call sat on gave the ring up: %s", knit.StealState(p))
+				if why := p.Stats().StealGivenUp; why == "" {
+					t.Errorf("the ring was given up and Stats.StealGivenUp is empty")
+				} else {
+					t.Logf("Stats.StealGivenUp: %s", why)
+				}
+			} else if knit.StealDegraded(p) || p.Stats().StealGivenUp != "" {
+				t.Errorf("one call sat on gave the ring up: %s (Stats: %q)", knit.StealState(p), p.Stats().StealGivenUp)
 			}
 		})
 	}
