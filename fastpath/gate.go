@@ -76,9 +76,10 @@ func fence(v, last uint64) (w, from uint64, ok bool) {
 		from = v + 1
 	} else {
 		// Extend an earlier fence that the lane is behind: its start in full from last,
-		// which it is at most MaxWithdraw behind.
+		// which it is at most MaxWithdraw behind, and not before call 1 (the word is the
+		// lane's: it may name anything).
 		d := uint64(uint32(last) - uint32(v))
-		if d+1 <= uint64(fencedCount(v)) || d >= MaxWithdraw {
+		if d+1 <= uint64(fencedCount(v)) || d >= MaxWithdraw || d >= last {
 			return 0, 0, false
 		}
 		from = last - d

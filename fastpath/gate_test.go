@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,8 +13,50 @@ import (
 // then a CAS, with fence's decision): first over calls 1..k-1, then, after publishing call
 // k, again — a fresh fence or an extension of the first. It checks that each call either ran
 // on the lane or was withdrawn (the host moves the calls of a fence it has not moved yet),
-// never both and never neither, and that the lane ends past every fence.
+// never both and never neither, and that the lane ends past every fence; and that the
+// check fails for three mutants of the decisions.
 func TestGateModel(t *testing.T) {
+	runs, extensions, err := gateModel(enter, fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs == 0 || extensions == 0 {
+		t.Fatalf("%d interleavings, %d with an extended fence", runs, extensions)
+	}
+	t.Logf("%d interleavings, %d with an extended fence", runs, extensions)
+
+	mutants := map[string]struct {
+		enter func(v, seq uint64) (uint64, bool, bool)
+		fence func(v, last uint64) (uint64, uint64, bool)
+	}{
+		"the lane runs the last call of a fence": {enter: func(v, seq uint64) (uint64, bool, bool) {
+			w, write, run := enter(v, seq)
+			return w, write, run || write
+		}, fence: fence},
+		"an extension starts a call late": {enter: enter, fence: func(v, last uint64) (uint64, uint64, bool) {
+			if v&gateFenced == 0 {
+				return fence(v, last)
+			}
+			w, from, ok := fence(v, last)
+			return w + 1, from + 1, ok
+		}},
+		"no extension": {enter: enter, fence: func(v, last uint64) (uint64, uint64, bool) {
+			if v&gateFenced != 0 {
+				return 0, 0, false
+			}
+			return fence(v, last)
+		}},
+	}
+	for name, m := range mutants {
+		if _, ext, err := gateModel(m.enter, m.fence); err == nil && ext > 0 {
+			t.Errorf("mutant %q passed the model", name)
+		}
+	}
+}
+
+// gateModel explores TestGateModel's interleavings with the given decisions; it returns how
+// many it ran, how many extended a fence, and the first violation.
+func gateModel(enter func(v, seq uint64) (uint64, bool, bool), fence func(v, last uint64) (uint64, uint64, bool)) (runs, extensions int, err error) {
 	const k = 4
 	type state struct {
 		word          uint64
@@ -26,19 +69,20 @@ func TestGateModel(t *testing.T) {
 		ran, withdrew uint32 // bit per call
 		extended      bool
 	}
-	runs, extensions := 0, 0
 	var explore func(s state)
 	explore = func(s state) {
+		if err != nil {
+			return
+		}
 		if s.seq > k && s.hostStep == 5 {
 			runs++
 			if s.extended {
 				extensions++
 			}
 			if s.ran&s.withdrew != 0 || s.ran|s.withdrew != (1<<(k+1))-2 {
-				t.Fatalf("ran %04b withdrew %04b", s.ran>>1, s.withdrew>>1)
-			}
-			if s.word&gateFenced != 0 {
-				t.Fatalf("the lane ended fenced: %#x", s.word)
+				err = fmt.Errorf("ran %04b withdrew %04b", s.ran>>1, s.withdrew>>1)
+			} else if s.word&gateFenced != 0 {
+				err = fmt.Errorf("the lane ended fenced: %#x", s.word)
 			}
 			return
 		}
@@ -83,10 +127,28 @@ func TestGateModel(t *testing.T) {
 		explore(n)
 	}
 	explore(state{seq: 1, published: k - 1})
-	if runs == 0 || extensions == 0 {
-		t.Fatalf("%d interleavings, %d with an extended fence", runs, extensions)
+	return runs, extensions, err
+}
+
+// A fenced word the lane wrote that names calls the host never published, or more than
+// MaxWithdraw of them, is refused: the host withdraws nothing on its say-so.
+func TestGateRefusesAHostileFence(t *testing.T) {
+	fenced := func(from uint64, n uint32) uint64 { return gateFenced | uint64(n)<<32 | uint64(uint32(from)) }
+	for _, c := range []struct {
+		name string
+		v    uint64
+		last uint64
+	}{
+		{"a fence that starts past the last call", fenced(9, 1), 5},
+		{"a fence that starts before call 1", fenced(1<<32-3, 1), 5},
+		{"a fence that already covers the last call", fenced(3, 3), 5},
+		{"a fence more than MaxWithdraw calls back", fenced(100, 1), 100 + MaxWithdraw},
+		{"a word past the last call", 7, 5},
+	} {
+		if _, from, ok := fence(c.v, c.last); ok {
+			t.Errorf("%s: fenced from %d", c.name, from)
+		}
 	}
-	t.Logf("%d interleavings, %d with an extended fence", runs, extensions)
 }
 
 // TestGateConcurrent has a lane goroutine enter calls as a host fences behind it, with the
