@@ -156,17 +156,10 @@ func (d *decoder) uv() uint64 {
 	return v
 }
 
+// sv reads a signed varint: binary.Varint's zig-zag over uv.
 func (d *decoder) sv() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	u := d.uv()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (d *decoder) u32() uint32 {
