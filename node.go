@@ -119,9 +119,9 @@ type node struct {
 func (c NodeConfig) poolConfig(o *remote.Open) Config {
 	cfg := Config{
 		Lanes: int(o.Lanes), Runtime: Process, Steal: StealOff,
-		// The host keeps at most a ring's worth of calls on the lane: its backlog here
-		// never fills.
-		Backlog:        2 * fastpath.Slots,
+		// The host keeps at most a window of calls on the lane (remote.Window): its
+		// backlog here never fills.
+		Backlog:        2 * remote.Window,
 		StopAckTimeout: c.StopAckTimeout, KillGrace: c.KillGrace, StartupTimeout: c.StartupTimeout,
 		Liveness: c.Liveness, LaneSpin: c.LaneSpin, CallerSpin: c.CallerSpin,
 		// A host lane's calls run on its node lane, in order: the host decides where calls

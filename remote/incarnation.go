@@ -20,9 +20,9 @@ import (
 // heap and the forwarder goroutine (run) at its far end, which is the only consumer of its
 // request ring and the only producer of its return ring, as a lane's executor is.
 //
-// Flow control is the lane's own: the forwarder keeps at most fastpath.Slots calls on the
-// node or waiting for a return slot; the calls beyond wait in the request ring and the
-// lane's backlog, as they do for any lane.
+// Flow control is the lane's own: the forwarder keeps at most Window calls on the node or
+// waiting for a return slot, with at most an arena's worth of inputs; the calls beyond wait
+// in the request ring and the lane's backlog, as they do for any lane.
 type incarnation struct {
 	n        *Nodes
 	k        *link
@@ -55,12 +55,16 @@ type incarnation struct {
 	// Under mu too: the calls on the node, and the results. The endpoint's actor publishes
 	// results as their frames come (the return ring's one producer, with finish); the
 	// forwarder sends calls.
-	out      [2 * fastpath.Slots]sent // by sequence number mod 64: the calls on the node
-	nOut     int                      // calls sent and not published
-	pending  []Result                 // received, waiting for a return slot
-	brokeWhy string                   // a result broke the protocol: the forwarder ends the lane
-	starved  bool                     // the forwarder waits for room in its window
-	over     bool                     // the incarnation has ended: results are not published
+	out       [2 * Window]sent // by sequence number mod 2×Window: the calls on the node
+	nOut      int              // calls sent and not published
+	bytesOut  int              // their inputs' bytes
+	byteBound bool             // the next call does not fit in the window's bytes (fits)
+	pending   []Result         // received, waiting for a return slot
+	brokeWhy  string           // a result broke the protocol: the forwarder ends the lane
+	starved   bool             // the forwarder waits for room in its window
+	full      bool             // results wait for room on the return ring: see hasRoom
+	fullAt    uint32           // the return ring's consumer word when it was full
+	over      bool             // the incarnation has ended: results are not published
 
 	// The forwarder's own state.
 	lastSent  uint64
@@ -82,6 +86,7 @@ type sent struct {
 	seq           uint64
 	fn, id, gen   uint32
 	abort         uint32 // the slot's abort field: bit+1, 0 for none
+	size          int    // the input's bytes
 	live, cancels bool
 }
 
@@ -256,29 +261,45 @@ func (c *incarnation) work() bool {
 		// pool rang while the forwarder was awake, so no ring was left for it.
 		c.starved = true
 	}
-	if len(c.pending) > 0 || calls && room > 0 {
+	if calls && room > 0 || len(c.pending) > 0 && c.hasRoom() {
 		return true
 	}
 	// A stop request waits for the last call on the node; results ring for it (results).
 	return !c.acked && c.nOut == 0 && c.region.Stop().Load() == fastpath.StopRequested
 }
 
-// room is how many more calls the forwarder may send: a ring's worth are on the node or
+// Window is how many calls a remote lane keeps on its node at most (sent, and not yet
+// published on its return ring): a round trip over the network takes far longer than a
+// local lane's, so the window is wider than a ring's 32 slots. Their inputs together take
+// at most the lane's arena (Layout.Arena), as they would on a local lane's ring; one call
+// is always let through.
+const Window = 256
+
+// room is how many more calls the forwarder may send: a window's worth are on the node or
 // wait for a return slot at most. (Results published and not drained yet do not count:
 // nobody rings the forwarder when the pool drains them. A result that finds the return
 // ring full waits, and the forwarder polls for room, as a lane's executor does.) Called
 // with mu held.
-func (c *incarnation) room() int { return fastpath.Slots - c.nOut }
+func (c *incarnation) room() int { return Window - c.nOut }
 
 // sendable is how many calls the forwarder sends now: its room, except that once the window
 // has filled it waits until half of it is free again, or nothing is left on the node (a
 // window refilled a call at a time would cost a frame a call). Called with mu held.
 func (c *incarnation) sendable() int {
 	room := c.room()
-	if c.starved && room < fastpath.Slots/2 && c.nOut > len(c.pending) {
+	if c.byteBound {
+		return 0
+	}
+	if c.starved && (room < Window/2 || c.bytesOut > c.region.Layout().Arena/2) && c.nOut > len(c.pending) {
 		return 0
 	}
 	return room
+}
+
+// fits reports whether a call of n input bytes may go now: its bytes fit in the window's
+// budget, or nothing is on the node. Called with mu held.
+func (c *incarnation) fits(n int) bool {
+	return c.nOut == 0 || c.bytesOut+n <= c.region.Layout().Arena
 }
 
 // end is how the incarnation ended: its error, and what had started on the node.
@@ -340,16 +361,33 @@ func (c *incarnation) serve() *end {
 	}
 }
 
-// parkTimeout: results that found no room wait for it, polled for as a lane whose return
-// ring is full does (nobody rings anyone when the pool drains).
+// hasRoom reports whether results waiting for room on the return ring may find some now:
+// the pool has retired slots since the ring was found full. Before it reports no, it marks
+// the ring (Producer.WantRoom), so that the pool's next drain rings the forwarder (the
+// lane's Room hook), as it rings a process lane parked for room; without the mark the
+// forwarder could only poll, and a forwarder that polls takes the core the pool drains on.
+// Called with mu held.
+func (c *incarnation) hasRoom() bool {
+	if !c.full || c.ret.Retired() != c.fullAt {
+		return true
+	}
+	c.ret.WantRoom() // a full barrier: the reload below sees a retire the mark missed
+	return c.ret.Retired() != c.fullAt
+}
+
+// parkTimeout: results that wait for room sleep at most roomSafety; the pool's drain rings
+// the forwarder once it frees some (hasRoom).
 func (c *incarnation) parkTimeout() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.pending) > 0 {
-		return time.Millisecond
+		return roomSafety
 	}
 	return 0
 }
+
+// roomSafety bounds a park for room on the return ring: the drain's ring is what wakes it.
+const roomSafety = 100 * time.Millisecond
 
 func (c *incarnation) header(k Kind) []byte {
 	return AppendHeader(make([]byte, 0, 256), k, c.session, uint32(c.idx), uint32(c.inc))
@@ -547,14 +585,18 @@ func (c *incarnation) ended(r Ended, hardWhy string) *end {
 // the endpoint's actor and the forwarder's finish take turns as the ring's producer.
 func (c *incarnation) publishLocked() int {
 	n := 0
+	c.full = false
 	for _, r := range c.pending {
+		seen := c.ret.Retired() // any retire from here on makes room (hasRoom)
 		i, ok := c.ret.Reserve()
 		if !ok {
+			c.full, c.fullAt = true, seen
 			break
 		}
 		buf, err := c.ret.Put(i, len(r.Payload))
 		if err != nil { // the arena is full for now (check bounded the size)
 			c.ret.Release(i)
+			c.full, c.fullAt = true, seen
 			break
 		}
 		copy(buf, r.Payload)
@@ -572,11 +614,13 @@ func (c *incarnation) publishLocked() int {
 		} else {
 			c.stats.Failed.Add(1)
 		}
+		c.bytesOut -= sl.size
 		*sl = sent{}
 		c.nOut--
 		n++
 	}
 	if n > 0 {
+		c.byteBound = false
 		c.pending = append(c.pending[:0], c.pending[n:]...)
 		c.ret.Flush()
 	}
@@ -614,6 +658,10 @@ func (c *incarnation) forward() {
 			// goes with none, and fails to decode on the node.
 			p = nil
 		}
+		if !c.fits(len(p)) {
+			c.byteBound = true // until results free bytes (publishLocked)
+			break
+		}
 		seq := s.Seq()
 		call := Call{Seq: seq, Fn: s.Fn(), Payload: p}
 		if dl := s.Deadline(); dl != 0 {
@@ -623,7 +671,7 @@ func (c *incarnation) forward() {
 		}
 		frame = AppendCall(frame, &call)
 		sl := &c.out[seq%uint64(len(c.out))]
-		*sl = sent{seq: seq, fn: call.Fn, id: s.Call(), gen: s.Gen(), abort: s.Abort(), live: true}
+		*sl = sent{seq: seq, fn: call.Fn, id: s.Call(), gen: s.Gen(), abort: s.Abort(), size: len(p), live: true}
 		if sl.abort != 0 && c.aborts.Test(int(sl.abort)-1) {
 			sl.cancels = true
 			if cancels == nil {
@@ -633,6 +681,7 @@ func (c *incarnation) forward() {
 		}
 		c.lastSent = seq
 		c.nOut++
+		c.bytesOut += len(p)
 		mask |= 1 << i
 		room--
 		items++
