@@ -1,6 +1,7 @@
 package knit
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -44,7 +45,10 @@ type NodeConfig struct {
 	// (zero: Config's defaults). Liveness is its watchdog of frozen lane processes (not the
 	// host's heartbeat, which the host's Config.Liveness sets; negative: off).
 	StopAckTimeout, KillGrace, StartupTimeout, Liveness time.Duration
-	// LaneSpin and CallerSpin are Config's, for the node's lanes.
+	// LaneSpin and CallerSpin are Config's, for the node's lanes, except that a zero
+	// LaneSpin means none: a node's lanes get their calls a network frame at a time, tens
+	// of microseconds apart at best, and a lane that polls between frames takes the core
+	// the node's own transport needs (docs/remote.md, "Figures").
 	LaneSpin, CallerSpin time.Duration
 	// Logger receives the node's logs, and its lanes' output (default: as Config.Logger).
 	Logger *zap.Logger
@@ -123,7 +127,7 @@ func (c NodeConfig) poolConfig(o *remote.Open) Config {
 		// backlog here never fills.
 		Backlog:        2 * remote.Window,
 		StopAckTimeout: c.StopAckTimeout, KillGrace: c.KillGrace, StartupTimeout: c.StartupTimeout,
-		Liveness: c.Liveness, LaneSpin: c.LaneSpin, CallerSpin: c.CallerSpin,
+		Liveness: c.Liveness, LaneSpin: cmp.Or(c.LaneSpin, -1), CallerSpin: c.CallerSpin,
 		// A host lane's calls run on its node lane, in order: the host decides where calls
 		// go, and the lane's end report (which calls had started) relies on that order.
 		MoveQueuedAfter:  -1,
