@@ -3,6 +3,7 @@ package knit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestCallsMoveFromBehindALongCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, f := range futs {
-		if v, err := f.Wait(); err != nil || v != int64(i+1) {
+		if v, err := settle(t, fmt.Sprintf("call %d queued behind the long call", i), f); err != nil || v != int64(i+1) {
 			t.Fatalf("call %d queued behind the long call: %d, %v", i, v, err)
 		}
 	}
@@ -70,7 +71,7 @@ func TestCallsMoveFromBehindALongCallAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, f := range futs {
-			if v, err := f.Wait(); err != nil || v != int64(i+round) {
+			if v, err := settle(t, fmt.Sprintf("round %d, call %d queued behind the long call", round, i), f); err != nil || v != int64(i+round) {
 				t.Fatalf("round %d, call %d queued behind the long call: %d, %v", round, i, v, err)
 			}
 		}
