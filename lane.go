@@ -35,6 +35,9 @@ type lane struct {
 	// lanes, or StealLocal): its callers push their records onto it, and it runs and
 	// settles them by reference (actors.LocalLane).
 	local *actors.LocalLane
+	// afterDrain, if set, runs after each drain that settled results: a node's lane sends
+	// the batch to its host then (set before the lane's first call; read by drainers).
+	afterDrain func()
 	// diedRunning: a call was running on the incarnation when it ended (Settle), which
 	// the supervisor blames on the call (supervisor.End.Running).
 	diedRunning atomic.Bool
@@ -328,6 +331,9 @@ func (l *lane) drain() int {
 	settled, err := l.ring.Drain()
 	if err != nil {
 		l.corrupt(err)
+	}
+	if settled > 0 && l.afterDrain != nil {
+		l.afterDrain()
 	}
 	return settled
 }

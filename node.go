@@ -245,6 +245,8 @@ func (h *nodeHost) StartLane(idx, inc int, out remote.LaneOut) (remote.NodeLane,
 	}
 	l := w.(*lane)
 	nl := &nodeLane{h: h, l: l, out: out, bySeq: map[uint64]*rawRec{}, reported: make(chan struct{})}
+	// The results of a drained batch leave together, from the drainer.
+	l.afterDrain = out.Flush
 	l.needReaper() // the host waits for every result: the reaper drains without a caller asking
 	l.Open()
 	h.mu.Lock()
@@ -302,38 +304,66 @@ type nodeLane struct {
 // Cancel raises; it never closes, so no call leaves the backlog unanswered.
 var neverDone = make(chan struct{})
 
-// Submit implements remote.NodeLane.
-func (nl *nodeLane) Submit(c remote.Call) error {
-	rd := nl.h.raws[c.Fn]
-	if rd == nil {
-		// A function the handshake did not name: the call fails, the lane is sound.
-		nl.out.Result(&remote.Result{Seq: c.Seq, Outcome: uint32(actors.BadInput),
-			Payload: actors.EncodeWireError(nil, actors.CodeUnsupportedType, fmt.Sprintf("function %d is not served here", c.Fn))})
+// Submit implements remote.NodeLane: a frame's calls go to the lane's ring together, with
+// one publication and at most one wake-up of the lane (actors.HostRing.SubmitBatch).
+func (nl *nodeLane) Submit(cs []remote.Call) error {
+	calls := make([]actors.Call, 0, len(cs))
+	recs := make([]*rawRec, 0, len(cs))
+	var now time.Time
+	unknown := false
+	for _, c := range cs {
+		rd := nl.h.raws[c.Fn]
+		if rd == nil {
+			// A function the handshake did not name: the call fails, the lane is sound.
+			nl.out.Result(&remote.Result{Seq: c.Seq, Outcome: uint32(actors.BadInput),
+				Payload: actors.EncodeWireError(nil, actors.CodeUnsupportedType, fmt.Sprintf("function %d is not served here", c.Fn))})
+			unknown = true
+			continue
+		}
+		r := rd.alloc(nl, c.Seq)
+		call := actors.Call{Def: rd, ID: r.id, Gen: r.gen.Load(), Lane: &r.lane, Abort: &r.abort, Seq: &r.seq,
+			Payload: c.Payload, Done: neverDone}
+		if c.Timeout != 0 && now.IsZero() {
+			now = time.Now()
+		}
+		switch {
+		case c.Timeout > 0:
+			call.Deadline = now.Add(c.Timeout).UnixNano()
+		case c.Timeout < 0: // none left: the task starts with its context ended
+			call.Deadline = now.UnixNano()
+		}
+		calls, recs = append(calls, call), append(recs, r)
+	}
+	if unknown {
+		nl.out.Flush()
+	}
+	if len(calls) == 0 {
 		return nil
 	}
-	r := rd.alloc(nl, c.Seq)
-	call := actors.Call{Def: rd, ID: r.id, Gen: r.gen.Load(), Lane: &r.lane, Abort: &r.abort, Seq: &r.seq,
-		Payload: c.Payload, Done: neverDone}
-	switch {
-	case c.Timeout > 0:
-		call.Deadline = time.Now().Add(c.Timeout).UnixNano()
-	case c.Timeout < 0: // none left: the task starts with its context ended
-		call.Deadline = time.Now().UnixNano()
-	}
 	nl.mu.Lock()
-	nl.bySeq[c.Seq] = r
+	for _, r := range recs {
+		nl.bySeq[r.hostSeq] = r
+	}
 	nl.mu.Unlock()
-	if _, err := nl.l.ring.Submit(&call); err != nil {
+	taken, err := nl.l.ring.SubmitBatch(calls)
+	if taken < len(calls) {
+		// The lane has ended (its report says these had not started), or, which the
+		// node's backlog (two windows) rules out, it is full.
 		nl.mu.Lock()
-		delete(nl.bySeq, c.Seq)
+		for _, r := range recs[taken:] {
+			delete(nl.bySeq, r.hostSeq)
+		}
 		nl.mu.Unlock()
-		rd.release(r)
-		return err // the lane has ended: its report says the call had not started
+		for _, r := range recs[taken:] {
+			r.def.release(r)
+		}
 	}
-	if hard := rd.real.Options().HardTimeout; hard > 0 {
-		nl.watchHard(rd, r, r.gen.Load(), hard)
+	for _, r := range recs[:taken] {
+		if hard := r.def.real.Options().HardTimeout; hard > 0 {
+			nl.watchHard(r.def, r, r.gen.Load(), hard)
+		}
 	}
-	return nil
+	return err
 }
 
 // watchHard kills the lane once call r has run on it for its task's HardTimeout, measured

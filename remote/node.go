@@ -32,9 +32,9 @@ type LaneHost interface {
 
 // A NodeLane is one lane a LaneHost runs.
 type NodeLane interface {
-	// Submit queues a call; it fails once the lane has ended (its end report covers the
-	// call: it had not started).
-	Submit(c Call) error
+	// Submit queues a frame's calls, in order; those it cannot take once the lane has
+	// ended are left (its end report covers them: they had not started), with the error.
+	Submit(calls []Call) error
 	// Cancel interrupts a call its caller gave up on.
 	Cancel(seq uint64)
 	// Stop stops the lane: once it has run what it holds, or at once (kill). Its end is
@@ -44,9 +44,12 @@ type NodeLane interface {
 }
 
 // LaneOut is where a lane's results and end go. Result copies the payload before it
-// returns; Ended is the lane's last report.
+// returns and holds the result until Flush, which the lane calls once it has given what it
+// has (a drained batch), so that a batch leaves in one frame without a hand-off to another
+// goroutine; Ended is the lane's last report, and sends what Result holds before it.
 type LaneOut interface {
 	Result(r *Result)
+	Flush()
 	Ended(e *Ended)
 }
 
@@ -259,11 +262,13 @@ type session struct {
 	why    string // why it was fenced
 	// The outbox: frames for the host, in order, a lane's results gathered into one
 	// Results frame until something else of that lane follows.
-	out   [][]byte
-	open  map[laneID]int // the lane's Results frame in out that still takes results
-	kick  chan struct{}
-	done  chan struct{}
-	ended bool // fence has run to the end: flush sends what is left and returns
+	out     [][]byte
+	open    map[laneID]int // the lane's Results frame in out that still takes results
+	sending bool           // a goroutine sends the outbox (send): the others leave it theirs
+	sends   uint64         // the outbox's sends so far (the heartbeat's backstop looks)
+	kick    chan struct{}
+	done    chan struct{}
+	ended   bool // fence has run to the end: flush sends what is left and returns
 }
 
 func (s *session) isFenced() bool {
@@ -282,14 +287,16 @@ func (s *session) lane(f Frame) {
 	}
 	switch f.Kind {
 	case KindCalls:
+		var calls []Call
 		it := f.Items()
 		for it.More() {
 			c := it.Call()
 			if it.Err() != nil {
 				break
 			}
-			l.submit(c)
+			calls = append(calls, c)
 		}
+		l.submit(calls)
 		if err := it.Err(); err != nil {
 			s.a.log.Warn("a host sent calls that do not decode: its lane is killed", zap.Error(err))
 			l.stop(true, "the host sent calls that do not decode")
@@ -329,6 +336,8 @@ func (s *session) watch() {
 	defer s.a.wg.Done()
 	t := time.NewTicker(max(s.liveness/4, time.Millisecond))
 	defer t.Stop()
+	var sends uint64
+	stale := false
 	for {
 		select {
 		case <-s.done:
@@ -339,6 +348,17 @@ func (s *session) watch() {
 			s.fence(fmt.Sprintf("no word from the host for %v", still.Round(time.Millisecond)))
 			return
 		}
+		// A backstop: frames left in the outbox across two looks with no send between (a
+		// lane that did not flush its results: a bug) go now, not never.
+		s.mu.Lock()
+		unsent := len(s.out) > 0 && !s.sending && s.sends == sends
+		sends = s.sends
+		s.mu.Unlock()
+		if unsent && stale {
+			s.a.log.Warn("frames for a host waited for the heartbeat: a lane did not flush its results", zap.String("host", s.reply))
+			s.poke()
+		}
+		stale = unsent
 	}
 }
 
@@ -375,23 +395,47 @@ func (s *session) poke() {
 }
 
 // result appends a result of lane id to the outbox: to the lane's open Results frame, or a
-// new one.
+// new one. It goes with the lane's next Flush (or its end report).
 func (s *session) result(id laneID, r *Result) {
 	s.mu.Lock()
 	if s.open == nil {
 		s.open = map[laneID]int{}
 	}
 	i, ok := s.open[id]
-	created := !ok || len(s.out[i]) >= FrameTarget
-	if created {
+	if !ok || len(s.out[i]) >= FrameTarget {
 		s.out = append(s.out, AppendHeader(make([]byte, 0, 512), KindResults, s.id, id.lane, id.inc))
 		i = len(s.out) - 1
 		s.open[id] = i
 	}
 	s.out[i] = AppendResult(s.out[i], r)
 	s.mu.Unlock()
-	if created { // a frame already there has its flush coming
-		s.poke()
+}
+
+// send sends the outbox, in order, on the calling goroutine, unless another goroutine is
+// sending it: that one sends what was added meanwhile too, before it lets go. Sends are
+// posts to protoactor's endpoint, which never block.
+func (s *session) send() {
+	s.mu.Lock()
+	if s.sending {
+		s.mu.Unlock()
+		return
+	}
+	s.sending = true
+	for len(s.out) > 0 {
+		out := s.out
+		s.out, s.open = nil, nil
+		s.sends++
+		s.mu.Unlock()
+		for _, f := range out {
+			s.a.ep.Send(s.reply, s.actor, f)
+		}
+		s.mu.Lock()
+	}
+	s.sending = false
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		s.poke() // the flusher may wait for this send to end
 	}
 }
 
@@ -404,20 +448,17 @@ func (s *session) control(id laneID, frame []byte) {
 	s.poke()
 }
 
-// flush sends the outbox, in order, whenever it has something; it returns once the
-// session is fenced and everything is sent.
+// flush sends the outbox whenever it is poked (control frames, the heartbeat's backstop);
+// it returns once the session is fenced and everything is sent.
 func (s *session) flush() {
 	defer s.a.wg.Done()
 	for {
 		<-s.kick
+		s.send()
 		s.mu.Lock()
-		out, ended := s.out, s.ended
-		s.out, s.open = nil, nil
+		done := s.ended && !s.sending && len(s.out) == 0
 		s.mu.Unlock()
-		for _, f := range out {
-			s.a.ep.Send(s.reply, s.actor, f)
-		}
-		if ended {
+		if done {
 			return
 		}
 	}
@@ -451,9 +492,9 @@ func (l *nodeLane) get() NodeLane {
 	return l.lane
 }
 
-func (l *nodeLane) submit(c Call) {
-	if nl := l.get(); nl != nil {
-		_ = nl.Submit(c) // a lane that ended has reported which calls it started
+func (l *nodeLane) submit(calls []Call) {
+	if nl := l.get(); nl != nil && len(calls) > 0 {
+		_ = nl.Submit(calls) // a lane that ended has reported which calls it started
 	}
 }
 
@@ -477,6 +518,9 @@ func (l *nodeLane) stop(kill bool, reason string) {
 
 // Result implements LaneOut.
 func (l *nodeLane) Result(r *Result) { l.s.result(l.id, r) }
+
+// Flush implements LaneOut.
+func (l *nodeLane) Flush() { l.s.send() }
 
 // Ended implements LaneOut.
 func (l *nodeLane) Ended(e *Ended) {
