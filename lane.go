@@ -120,6 +120,9 @@ func (l *lane) start() error {
 		// incarnation is 0 too, start once it is up).
 		Spare: l.Inc > 0 || l.p.up.Load(),
 	}
+	if l.ring != nil {
+		launch.Refill = l.ring.FlushBacklogs
+	}
 	if s := l.p.shared; s != nil {
 		if l.cid = s.join(l); l.cid >= 0 && s.mp != nil { // a process lane maps the ring's memfd
 			launch.Files = []*os.File{s.mp.File()}

@@ -100,6 +100,10 @@ type Launch struct {
 	Spare bool
 	// Stopping reports whether the host has asked the lane to stop (read at its end).
 	Stopping func() bool
+	// Refill moves calls waiting in the lane's backlog into the request slots the
+	// incarnation has freed. A remote lane's forwarder calls it after it sends: the results
+	// whose drain refills a local lane's ring are a network round trip away. Nil: none.
+	Refill func()
 	// End is called once the incarnation has ended, with its classified end; normal: it
 	// ended on its own with success.
 	End func(e *Error, normal bool)

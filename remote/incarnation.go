@@ -439,7 +439,9 @@ func (c *incarnation) step() *end {
 	if !c.ready2 {
 		return nil
 	}
-	c.forward()
+	if c.forward() && c.launch.Refill != nil {
+		c.launch.Refill() // its calls are forwarded at the next step: the ring has them
+	}
 	if c.abortFlag.Swap(false) || c.region.AbortWake().Load() != c.abortSeen.Load() {
 		c.cancelAborted()
 	}
@@ -628,18 +630,18 @@ func (c *incarnation) publishLocked() int {
 }
 
 // forward sends the calls waiting in the request ring, as many as the window allows, in
-// frames of up to FrameTarget bytes.
-func (c *incarnation) forward() {
+// frames of up to FrameTarget bytes. It reports whether it freed request slots.
+func (c *incarnation) forward() bool {
 	pending := c.req.Poll()
 	if pending == 0 {
-		return
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	room := c.sendable()
 	if room <= 0 {
 		c.starved = true // the endpoint's actor rings once results free room
-		return
+		return false
 	}
 	frame := c.header(KindCalls)
 	items := 0
@@ -699,6 +701,7 @@ func (c *incarnation) forward() {
 	if cancels != nil {
 		c.send(cancels)
 	}
+	return mask != 0
 }
 
 // cancelAborted sends the node the calls whose abort bits the pool raised (their callers
