@@ -277,9 +277,9 @@ const Window = 256
 
 // room is how many more calls the forwarder may send: a window's worth are on the node or
 // wait for a return slot at most. (Results published and not drained yet do not count:
-// nobody rings the forwarder when the pool drains them. A result that finds the return
-// ring full waits, and the forwarder polls for room, as a lane's executor does.) Called
-// with mu held.
+// the window bounds what the node holds, the return ring what the pool has not drained. A
+// result that finds the return ring full waits in pending, and the forwarder parks until
+// the pool's drain rings it: hasRoom.) Called with mu held.
 func (c *incarnation) room() int { return Window - c.nOut }
 
 // sendable is how many calls the forwarder sends now: its room, except that once the window
@@ -491,7 +491,7 @@ func (c *incarnation) onFrame(f Frame, hardWhy string) *end {
 
 // results takes a Results frame, on the endpoint's actor goroutine: each result is checked
 // and published on the return ring at once, unless the ring is full (the forwarder then
-// polls for room). A result that breaks the protocol ends the lane (through the forwarder).
+// publishes it once the pool's drain rings it: hasRoom). A result that breaks the protocol ends the lane (through the forwarder).
 func (c *incarnation) results(f Frame) {
 	c.mu.Lock()
 	if c.over || c.brokeWhy != "" {
