@@ -558,3 +558,27 @@ func benchDefaultMap(b *testing.B, cfg knit.Config) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
+
+// BenchmarkParked measures one process lane whose lane and callers never spin (LaneSpin and
+// CallerSpin negative: a tuned Config, not the default), so every call pays the wake-ups:
+//
+//	Parked/call  Task.Call: the caller sleeps on the return ring's direct futex
+//	Parked/go    Task.Go then Future.Wait: the pool's reaper sleeps on the lane's eventfd,
+//	             through Go's netpoller, and hands the result on
+//
+// The difference is what a parked pool pays per wake when its callers do not wait alone.
+func BenchmarkParked(b *testing.B) {
+	cfg := knit.Config{Runtime: knit.Process, Lanes: 1, LaneSpin: -1, CallerSpin: -1}
+	b.Run("call", func(b *testing.B) { benchDefaultCall(b, cfg) })
+	b.Run("go", func(b *testing.B) {
+		p := defaultPool(b, cfg)
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if v, err := benchInt.Go(ctx, p, int64(i)).Wait(); err != nil || v != int64(i)+1 {
+				b.Fatal(v, err)
+			}
+		}
+	})
+}

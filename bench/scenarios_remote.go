@@ -67,6 +67,9 @@ const (
 	childKnitNode       = "knit-node"
 	childProtoactorEcho = "protoactor-echo"
 	tlsDirEnv           = "KNIT_BENCH_TLS" // a directory with ca.pem, cert.pem, key.pem: mutual TLS
+	// nodeLaneSpinEnv sets the knit node's NodeConfig.LaneSpin (a duration), to compare a
+	// spinning node with the default (none): KNIT_BENCH_NODE_LANE_SPIN=50us.
+	nodeLaneSpinEnv = "KNIT_BENCH_NODE_LANE_SPIN"
 )
 
 func remoteScenarios() []scenario {
@@ -202,6 +205,14 @@ func knitNodeMain() int {
 	defer stop()
 	cfg := knit.NodeConfig{Addr: "127.0.0.1:0", Logger: quietLogger(),
 		Ready: func(addr string) { fmt.Printf("listening %s\n", addr) }}
+	if v := os.Getenv(nodeLaneSpinEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "knit node:", nodeLaneSpinEnv, err)
+			return 1
+		}
+		cfg.LaneSpin = d
+	}
 	if dir := os.Getenv(tlsDirEnv); dir != "" {
 		c, err := loadBenchTLS(dir)
 		if err != nil {
