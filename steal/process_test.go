@@ -21,8 +21,8 @@ import (
 )
 
 // The test binary doubles as a consumer process: with KNIT_STEAL_CHILD=<id> it maps the
-// inherited submit ring (fd 3), claims calls, prints "<call>" for each result, and exits
-// when its stdin closes.
+// inherited submit ring (fd 3), prints "ready", claims calls, prints "<call>" for each
+// result, and exits when its stdin closes.
 func TestMain(m *testing.M) {
 	if id := os.Getenv("KNIT_STEAL_CHILD"); id != "" {
 		os.Exit(childConsumer(id))
@@ -47,6 +47,7 @@ func childConsumer(ids string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 12
 	}
+	fmt.Println("ready") // the parent submits once every consumer claims
 	var stop sync.WaitGroup
 	stop.Add(1)
 	done := make(chan struct{})
@@ -118,7 +119,7 @@ func processConsumers(t *testing.T, d Discipline) {
 
 	type result struct {
 		call int
-		who  int // -1: the child's output ended
+		who  int // -1: the child's output ended; -2: it is ready
 		from int
 	}
 	results := make(chan result, 256)
@@ -155,6 +156,10 @@ func processConsumers(t *testing.T, d Discipline) {
 				if err != nil {
 					break
 				}
+				if line == "ready\n" {
+					results <- result{who: -2, from: id}
+					continue
+				}
 				f := strings.Fields(line)
 				n, cerr := strconv.Atoi(f[0])
 				if len(f) != 3 || cerr != nil {
@@ -168,6 +173,14 @@ func processConsumers(t *testing.T, d Discipline) {
 		return ch
 	}
 	children := map[int]*child{1: start(1), 2: start(2)}
+	// Every consumer claims before the first call: a consumer process still starting
+	// on a loaded machine would see the others take every call, and never be killed
+	// mid-run, which is what this test is for.
+	for ready := 0; ready < len(children); ready++ {
+		if res := <-results; res.who != -2 {
+			t.Fatalf("consumer %d: output ended before it was ready", res.from)
+		}
+	}
 
 	// Consumer 0 is a goroutine.
 	var stop sync.WaitGroup
