@@ -11,6 +11,7 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/spin"
+	"github.com/knitgo/knit/internal/stamp"
 	"github.com/knitgo/knit/lifecycle"
 )
 
@@ -46,6 +47,7 @@ var (
 // Call runs the task on one of the pool's lanes and waits for its result. Cancelling ctx
 // settles the call at once with an error wrapping ctx.Err() and cancels the task's context.
 func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
+	stamp.S(stamp.CallStart)
 	var zero Out
 	ctx, cancel, err := t.prepare(ctx, p)
 	if err != nil {
@@ -109,6 +111,7 @@ func (t *Task[In, Out]) Call(ctx context.Context, p *Pool, in In) (Out, error) {
 	if err != nil {
 		err = errorOf(err)
 	}
+	stamp.S(stamp.CallEnd)
 	return out, err
 }
 

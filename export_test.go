@@ -113,6 +113,7 @@ type harnessRun struct {
 func (h *harnessRun) Region() *fastpath.Region         { return h.region }
 func (h *harnessRun) LaneBell() fastpath.Bell          { return fastpath.NewChanBell() }
 func (h *harnessRun) DoneBell() fastpath.Bell          { return fastpath.NewChanBell() }
+func (h *harnessRun) DirectBell() fastpath.Bell        { return fastpath.FutexBell{} }
 func (h *harnessRun) Remote() bool                     { return true }
 func (h *harnessRun) Start(x lifecycle.Launch) error   { h.end = x.End; return nil }
 func (h *harnessRun) Ready() <-chan struct{}           { return closed }

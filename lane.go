@@ -14,6 +14,7 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/spin"
+	"github.com/knitgo/knit/internal/stamp"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/supervisor"
 )
@@ -52,6 +53,7 @@ type lane struct {
 	// directDone is the return ring's direct doorbell, which a caller alone on the lane sleeps
 	// on itself (waitDirect); direct is held while one does.
 	directDone fastpath.Completion
+	directBell fastpath.Bell
 	direct     atomic.Bool
 
 	inflight atomic.Int32
@@ -112,7 +114,7 @@ func (l *lane) start() error {
 	}
 	l.wake, l.laneBell = region.LaneWake(), run.LaneBell()
 	l.done, l.doneBell = region.Returns().Completion(), run.DoneBell()
-	l.directDone = region.Returns().Direct()
+	l.directDone, l.directBell = region.Returns().Direct(), run.DirectBell()
 	launch := lifecycle.Launch{
 		Exec: l.executor, Boot: l.bootRecord,
 		// A restart takes a spare; a first start never does: the first lanes start
@@ -336,6 +338,7 @@ func (l *lane) drain() int {
 		l.corrupt(err)
 	}
 	if settled > 0 && l.afterDrain != nil {
+		stamp.S(stamp.NodeDrained)
 		l.afterDrain()
 	}
 	return settled
@@ -457,8 +460,9 @@ func (l *lane) reap() {
 }
 
 // linger polls every process lane's return ring for as long as results keep coming back
-// sooner than the spin budget after the last one, holding the pool's spinner token (so a
-// busy pool settles its results without a doorbell on either side). It reports whether it
+// sooner than the spin budget after the last one and calls are out, holding the pool's
+// spinner token (so a busy pool settles its results without a doorbell on either side). It
+// reports whether it
 // settled any result: false when another goroutine spins already, spinning is off, or no
 // result came within the budget (the reaper then sleeps on the doorbell instead of
 // lingering again, which it would do for as long as the pool is closing).
@@ -483,6 +487,9 @@ func (l *lane) linger() (settled bool) {
 			continue
 		}
 		l.CheckAck()
+		if p.idle() {
+			break // no call is out: no result can come, and the core is someone else's
+		}
 		now := fastpath.Now()
 		if now-polled > fastpath.Descheduled {
 			p.cold.Descheduled(now) // it lost its core: park, as help does
@@ -534,6 +541,13 @@ func (l *lane) needReaper() {
 		l.kickReaper()
 	}
 }
+
+// expectResults wakes the lane's reaper, if it sleeps on the completion doorbell, for
+// calls just submitted that no caller of this process waits on (a node's: its host does):
+// the reaper lingers for their results (linger) while the lane wakes and runs them,
+// instead of being woken by the first result through the eventfd and the netpoller, which
+// came after it (docs/benchmarks.md, "A sequential remote call, hop by hop").
+func (l *lane) expectResults() { l.done.Signal(l.doneBell) }
 
 // drained reports whether the lane's results wait on its return ring for a drainer (a
 // process lane), rather than being settled by the lane itself.
@@ -674,11 +688,11 @@ func (l *lane) LetGo() {
 // released).
 func (l *lane) ringDirect() bool {
 	w := l.directDone.Word()
-	if !l.reaper || w == nil {
+	if !l.reaper || w == nil || l.directBell == nil {
 		return false
 	}
 	w.Store(fastpath.ArmSignalled)
-	fastpath.FutexBell{}.Wake(w)
+	l.directBell.Wake(w)
 	return true
 }
 
@@ -687,17 +701,22 @@ func (l *lane) ringDirect() bool {
 const directSafety = time.Second
 
 // waitDirect waits for call c, the only call the lane holds, on the return ring's direct
-// doorbell: the caller arms it, looks at the ring once more, and sleeps on its futex until
-// the lane, publishing a result, rings it; then it drains the ring itself. Parked through a
-// reaper instead, a result went lane → eventfd → netpoller → reaper goroutine → channel →
-// caller, a goroutine hand-off more and a wake-up of another thread by the Go scheduler on
-// the way, each of which waits for a core on a loaded machine (docs/benchmarks.md). key is
+// doorbell: the caller arms it, looks at the ring once more, and sleeps on the lane's
+// direct bell until the lane, publishing a result, rings it; then it drains the ring
+// itself. Parked through a reaper instead, a process lane's result went lane → eventfd →
+// netpoller → reaper goroutine → channel → caller, a goroutine hand-off more and a wake-up
+// of another thread by the Go scheduler on the way, each of which waits for a core on a
+// loaded machine (docs/benchmarks.md). A process lane's bell is the futex itself; a remote
+// lane's is a channel (its results are published by a goroutine of the host's): a caller
+// asleep in a futex held its thread, so the forwarder it had just readied waited for the
+// scheduler to take that thread's P back, and the publisher's futex wake cost a thread
+// wake-up, about 25 µs each on the reference VM (docs/benchmarks.md). key is
 // the call record's lane field: a call that leaves the lane (run again elsewhere after its
 // death) is waited for as any other. False when it did not wait until c settled: another
 // caller waits on the doorbell, the lane holds more calls (their callers need the reaper
 // anyway), or c left the lane; the caller then waits through the reaper.
 func (l *lane) waitDirect(c actors.Pender, key *atomic.Int32) bool {
-	if !l.reaper || l.inflight.Load() > 1 || l.direct.Load() || !l.direct.CompareAndSwap(false, true) {
+	if !l.reaper || l.directBell == nil || l.inflight.Load() > 1 || l.direct.Load() || !l.direct.CompareAndSwap(false, true) {
 		return false
 	}
 	d := l.directDone
@@ -709,7 +728,8 @@ func (l *lane) waitDirect(c actors.Pender, key *atomic.Int32) bool {
 		d.Arm() // a full barrier before looking again: see Completion
 		// The ring after the arm, then the call: a result retired since was settled first.
 		if !l.ring.Waiting() && c.Pending() && key.Load() == l.key && !isClosed(l.Settled()) {
-			d.Wait(fastpath.FutexBell{}, directSafety)
+			d.Wait(l.directBell, directSafety)
+			stamp.S(stamp.CallerWoke)
 		}
 		d.Disarm()
 		if isClosed(l.Settled()) {

@@ -19,6 +19,7 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/logging"
+	"github.com/knitgo/knit/internal/stamp"
 	"github.com/knitgo/knit/lifecycle"
 	"github.com/knitgo/knit/remote"
 )
@@ -346,6 +347,10 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 	}
 	nl.mu.Unlock()
 	taken, err := nl.l.ring.SubmitBatch(calls)
+	stamp.S(stamp.NodeSubmitted)
+	if taken > 0 {
+		nl.l.expectResults()
+	}
 	if taken < len(calls) {
 		// The lane has ended (its report says these had not started), or, which the
 		// node's backlog (two windows) rules out, it is full.

@@ -11,6 +11,7 @@ import (
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/latency"
 	"github.com/knitgo/knit/internal/spin"
+	"github.com/knitgo/knit/internal/stamp"
 	"github.com/knitgo/knit/steal"
 )
 
@@ -212,6 +213,7 @@ func (e *Executor) Run() error {
 				spin.Parked(time.Since(parked))
 			}
 		}
+		stamp.S(stamp.LaneTook)
 		if grants && e.claimed > 0 { // the notice first: the host grants while the lane runs
 			e.sendNotice()
 		}
@@ -265,6 +267,7 @@ func (e *Executor) Run() error {
 				return err
 			}
 		}
+		stamp.S(stamp.LaneRan)
 		e.flushLocal()
 	}
 }

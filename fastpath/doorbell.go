@@ -33,7 +33,10 @@ func (FutexBell) Wake(word *atomic.Uint32) { _, _ = futex.Wake(word, 1) }
 
 // ChanBell parks in the Go scheduler: a goroutine handoff is far cheaper than a futex wake,
 // so in-process lanes use it. It serves exactly one waiter.
-type ChanBell struct{ c chan struct{} }
+type ChanBell struct {
+	c chan struct{}
+	t *time.Timer // the waiter's, kept between timed waits (one waiter: no lock)
+}
 
 // NewChanBell returns a ChanBell.
 func NewChanBell() *ChanBell { return &ChanBell{c: make(chan struct{}, 1)} }
@@ -48,12 +51,16 @@ func (b *ChanBell) Wait(word *atomic.Uint32, seen uint32, timeout time.Duration)
 		<-b.c
 		return
 	}
-	t := time.NewTimer(timeout)
+	if b.t == nil {
+		b.t = time.NewTimer(timeout)
+	} else {
+		b.t.Reset(timeout) // stopped, and its channel drained by Stop (Go 1.23 timers)
+	}
 	select {
 	case <-b.c:
-	case <-t.C:
+	case <-b.t.C:
 	}
-	t.Stop()
+	b.t.Stop()
 }
 
 // Wake implements Bell.

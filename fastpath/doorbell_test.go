@@ -222,3 +222,17 @@ func TestRoomMark(t *testing.T) {
 		t.Fatal("a cleared mark is seen")
 	}
 }
+
+// A timed wait on a ChanBell reuses the bell's timer: a remote lane's caller alone on the
+// lane waits on one for every call (its direct doorbell), bounded by a safety timeout.
+func TestChanBellTimedWaitDoesNotAllocate(t *testing.T) {
+	var w atomic.Uint32
+	b := NewChanBell()
+	allocs := testing.AllocsPerRun(100, func() {
+		b.Wake(&w)
+		b.Wait(&w, 0, time.Second) // the token ends it; the timer was armed all the same
+	})
+	if allocs != 0 {
+		t.Fatalf("a timed wait allocates %v times, want 0", allocs)
+	}
+}

@@ -44,6 +44,7 @@ type fakeRun struct {
 func (f *fakeRun) Region() *fastpath.Region        { return f.region }
 func (f *fakeRun) LaneBell() fastpath.Bell         { return fastpath.NewChanBell() }
 func (f *fakeRun) DoneBell() fastpath.Bell         { return nil }
+func (f *fakeRun) DirectBell() fastpath.Bell       { return nil }
 func (f *fakeRun) Remote() bool                    { return false }
 func (f *fakeRun) Start(l Launch) error            { f.end = l.End; return nil }
 func (f *fakeRun) Ready() <-chan struct{}          { return closedChan }

@@ -59,6 +59,12 @@ type Incarnation interface {
 	Region() *fastpath.Region
 	LaneBell() fastpath.Bell
 	DoneBell() fastpath.Bell
+	// DirectBell is the doorbell of the return ring's direct completion (Ring.Direct),
+	// which a caller alone on the lane sleeps on: whatever publishes the lane's results
+	// rings it. A futex for a process, whose executor rings it across the mapping; a
+	// channel for a lane whose results are published by a goroutine of the host's, so that
+	// the caller waits as a goroutine and frees its thread (nil: no direct waits).
+	DirectBell() fastpath.Bell
 	// Remote reports whether it runs outside the host's memory: its payloads are copied,
 	// its results are drained by a reaper, a call is interrupted by its abort bit and
 	// ended at its hard timeout by a kill, its region can be unmapped under the host, and
@@ -148,6 +154,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 func (g *goroutine) Region() *fastpath.Region         { return g.region }
 func (g *goroutine) LaneBell() fastpath.Bell          { return g.bell }
 func (g *goroutine) DoneBell() fastpath.Bell          { return nil }
+func (g *goroutine) DirectBell() fastpath.Bell        { return nil }
 func (g *goroutine) Remote() bool                     { return false }
 func (g *goroutine) Ready() <-chan struct{}           { return closedChan }
 func (g *goroutine) Poll()                            {}
@@ -218,13 +225,14 @@ type process struct {
 	spare bool // it was a spare: initialised already, it is ready within Liveness
 }
 
-func (p *process) Region() *fastpath.Region { return p.mem.Region }
-func (p *process) LaneBell() fastpath.Bell  { return fastpath.FutexBell{} }
-func (p *process) DoneBell() fastpath.Bell  { return p.mem.DoneBell() }
-func (p *process) Remote() bool             { return true }
-func (p *process) Ready() <-chan struct{}   { return p.ready }
-func (p *process) PID() int                 { return p.proc.PID() }
-func (p *process) Close()                   { p.mem.Close() }
+func (p *process) Region() *fastpath.Region  { return p.mem.Region }
+func (p *process) LaneBell() fastpath.Bell   { return fastpath.FutexBell{} }
+func (p *process) DoneBell() fastpath.Bell   { return p.mem.DoneBell() }
+func (p *process) DirectBell() fastpath.Bell { return fastpath.FutexBell{} }
+func (p *process) Remote() bool              { return true }
+func (p *process) Ready() <-chan struct{}    { return p.ready }
+func (p *process) PID() int                  { return p.proc.PID() }
+func (p *process) Close()                    { p.mem.Close() }
 
 func (p *process) Signal() func(sig syscall.Signal) { return p.proc.Signal }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
+	"github.com/knitgo/knit/internal/stamp"
 	"github.com/knitgo/knit/lifecycle"
 )
 
@@ -183,7 +184,7 @@ func (n *Nodes) Open(idx, inc int) (lifecycle.Incarnation, error) {
 		return nil, err
 	}
 	c := &incarnation{n: n, idx: idx, inc: inc, region: r, laneBell: fastpath.NewChanBell(),
-		doneBell: fastpath.NewChanBell(), ready: make(chan struct{}), kicked: make(chan struct{})}
+		doneBell: fastpath.NewChanBell(), dirBell: fastpath.NewChanBell(), ready: make(chan struct{}), kicked: make(chan struct{})}
 	c.wake, c.req, c.ret, c.stats = r.LaneWake(), r.Requests().Consumer(), r.Returns().Producer(), r.Stats()
 	c.aborts = r.Aborts()
 	c.abortSeen.Store(r.AbortWake().Load())
@@ -235,6 +236,7 @@ func (n *Nodes) place(idx int) *link {
 
 // onFrame handles a frame from a node, on the endpoint's actor goroutine.
 func (n *Nodes) onFrame(b []byte) {
+	stamp.S(stamp.HostFrame)
 	f, err := Parse(b)
 	if err != nil {
 		n.log.Debug("dropped a frame that does not parse", zap.Error(err))

@@ -13,6 +13,7 @@ import (
 	"github.com/knitgo/knit/actors"
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/latency"
+	"github.com/knitgo/knit/internal/stamp"
 	"github.com/knitgo/knit/lifecycle"
 )
 
@@ -32,6 +33,7 @@ type incarnation struct {
 	region   *fastpath.Region
 	laneBell *fastpath.ChanBell
 	doneBell *fastpath.ChanBell
+	dirBell  fastpath.Bell // its direct completion's: a channel (results are published here)
 	wake     *fastpath.Wake
 	req      *fastpath.Consumer
 	ret      *fastpath.Producer
@@ -90,14 +92,15 @@ type sent struct {
 	live, cancels bool
 }
 
-func (c *incarnation) Region() *fastpath.Region { return c.region }
-func (c *incarnation) LaneBell() fastpath.Bell  { return c.laneBell }
-func (c *incarnation) DoneBell() fastpath.Bell  { return c.doneBell }
-func (c *incarnation) Remote() bool             { return true }
-func (c *incarnation) Ready() <-chan struct{}   { return c.ready }
-func (c *incarnation) Poll()                    {}
-func (c *incarnation) PID() int                 { return 0 }
-func (c *incarnation) Close()                   {}
+func (c *incarnation) Region() *fastpath.Region  { return c.region }
+func (c *incarnation) LaneBell() fastpath.Bell   { return c.laneBell }
+func (c *incarnation) DoneBell() fastpath.Bell   { return c.doneBell }
+func (c *incarnation) DirectBell() fastpath.Bell { return c.dirBell }
+func (c *incarnation) Remote() bool              { return true }
+func (c *incarnation) Ready() <-chan struct{}    { return c.ready }
+func (c *incarnation) Poll()                     {}
+func (c *incarnation) PID() int                  { return 0 }
+func (c *incarnation) Close()                    {}
 
 // Node is the address of the node the incarnation runs on.
 func (c *incarnation) Node() string { return c.k.addr }
@@ -233,7 +236,7 @@ func (c *incarnation) checkStalled() {
 // does after publishing results.
 func (c *incarnation) signalDone() {
 	c.region.Returns().Completion().Signal(c.doneBell)
-	c.region.Returns().Direct().Signal(fastpath.FutexBell{})
+	c.region.Returns().Direct().Signal(c.dirBell)
 }
 
 func (c *incarnation) notify() {
@@ -398,6 +401,7 @@ func (c *incarnation) send(frame []byte) { c.n.ep.Send(c.k.addr, AgentName, fram
 // step does what the inbox and the rings ask; it returns the incarnation's end once it has
 // one.
 func (c *incarnation) step() *end {
+	stamp.S(stamp.ForwarderWoke)
 	c.posted.Store(false)
 	c.mu.Lock()
 	frames := c.frames
@@ -523,6 +527,7 @@ func (c *incarnation) results(f Frame) {
 	c.mu.Unlock()
 	if published > 0 {
 		c.signalDone()
+		stamp.S(stamp.HostPublished)
 	}
 	if wake {
 		c.notify()
@@ -696,7 +701,9 @@ func (c *incarnation) forward() bool {
 	// Calls left waiting for room: the endpoint's actor rings once results free enough.
 	c.starved = mask != pending
 	if items > 0 {
+		stamp.S(stamp.CallsSending)
 		c.send(frame)
+		stamp.S(stamp.CallsSent)
 	}
 	if cancels != nil {
 		c.send(cancels)

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/knitgo/knit/fastpath"
@@ -91,5 +92,37 @@ func TestWindowBounds(t *testing.T) {
 	hold(c, Window-3, 0)
 	if got := c.sendable(); got != 0 {
 		t.Fatalf("with %d calls out the forwarder may send %d more, want 0", c.nOut, got)
+	}
+}
+
+// wakeCount is a Bell that counts its wakes.
+type wakeCount struct {
+	*fastpath.ChanBell
+	n int
+}
+
+func (b *wakeCount) Wake(w *atomic.Uint32) { b.n++; b.ChanBell.Wake(w) }
+
+// A caller alone on a remote lane sleeps on the return ring's direct doorbell as a
+// goroutine (DirectBell, a channel): the results the endpoint's actor publishes must ring
+// that bell. A caller asleep in a futex held its thread, and the forwarder it had just
+// readied waited for the scheduler to take that thread's P back (docs/benchmarks.md).
+func TestResultsRingTheDirectWaiter(t *testing.T) {
+	c, drain := heapIncarnation(t, fastpath.Layout{})
+	bell := &wakeCount{ChanBell: fastpath.NewChanBell()}
+	c.doneBell, c.dirBell = fastpath.NewChanBell(), bell
+	d := c.region.Returns().Direct()
+	d.Arm()
+	hold(c, 1, 8)
+	c.mu.Lock()
+	n := c.publishLocked()
+	c.mu.Unlock()
+	c.signalDone()
+	if bell.n != 1 {
+		t.Fatalf("a published result rang the direct waiter's bell %d times, want once", bell.n)
+	}
+	d.Wait(c.DirectBell(), 0) // returns: the doorbell was signalled and its bell rung
+	if got := drain.Poll(); n != 1 || got == 0 {
+		t.Fatalf("published %d results, the ring holds %b; want 1", n, got)
 	}
 }

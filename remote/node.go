@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/knitgo/knit/internal/stamp"
 	"github.com/knitgo/knit/lifecycle"
 )
 
@@ -114,6 +115,7 @@ func (a *Agent) Close() {
 
 // onFrame handles a frame from a host, on the endpoint's actor goroutine.
 func (a *Agent) onFrame(b []byte) {
+	stamp.S(stamp.NodeFrame)
 	f, err := Parse(b)
 	if err != nil {
 		a.log.Debug("dropped a frame that does not parse", zap.Error(err))
@@ -426,9 +428,11 @@ func (s *session) send() {
 		s.out, s.open = nil, nil
 		s.sends++
 		s.mu.Unlock()
+		stamp.S(stamp.ResultsSend)
 		for _, f := range out {
 			s.a.ep.Send(s.reply, s.actor, f)
 		}
+		stamp.S(stamp.ResultsSent)
 		s.mu.Lock()
 	}
 	s.sending = false
