@@ -78,7 +78,7 @@ func (l *lane) bootRecord() lifecycle.Boot {
 	cfg := l.p.cfg
 	boot := lifecycle.Boot{
 		Version: fastpath.Version, Lane: uint32(l.Idx), Incarnation: uint32(l.Inc),
-		MaxCall: cfg.Payload.MaxCall, Spin: int64(l.p.laneSpin(l.Idx)), Park: int64(parkSafetyNet),
+		MaxCall: cfg.Payload.MaxCall, Spin: int64(l.p.laneSpin(l.Idx)), SpinOne: int64(l.p.laneSpinOne(l.Idx)), Park: int64(parkSafetyNet),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
 		Carry: cfg.Propagator != nil, Timed: l.p.obs.timed(),

@@ -47,9 +47,13 @@ type NodeConfig struct {
 	// host's heartbeat, which the host's Config.Liveness sets; negative: off).
 	StopAckTimeout, KillGrace, StartupTimeout, Liveness time.Duration
 	// LaneSpin and CallerSpin are Config's, for the node's lanes, except that a zero
-	// LaneSpin means none: a node's lanes get their calls a network frame at a time, tens
-	// of microseconds apart at best, and a lane that polls between frames takes the core
-	// the node's own transport needs (docs/remote.md, "Figures").
+	// LaneSpin means: a lane parks as soon as it has run out of calls (they come a network
+	// frame at a time, tens of microseconds apart at best, and a lane that polls between
+	// frames takes the core the node's own transport needs), unless it ran a single call:
+	// then its host calls it one call at a time, and it polls for the next for up to
+	// 1ms, a network round trip, which the wake-up of a parked lane would lengthen by tens
+	// of microseconds (the lowest GOMAXPROCS−1 lanes only; docs/remote.md, "Figures").
+	// Negative: lanes never poll.
 	LaneSpin, CallerSpin time.Duration
 	// Logger receives the node's logs, and its lanes' output (default: as Config.Logger).
 	Logger *zap.Logger
@@ -136,6 +140,9 @@ func (c NodeConfig) poolConfig(o *remote.Open) Config {
 		PanicCrashesLane: o.Flags&remote.OpenPanicCrash != 0,
 		Process:          c.Process, Logger: c.Logger, node: true,
 	}
+	if c.LaneSpin == 0 {
+		cfg.spinOne = nodeSpinOne
+	}
 	cfg.Process.MaxLaneMemory = 0 // the host recycles its lanes, not the node
 	if o.Flags&remote.OpenCarry != 0 {
 		// Inputs open with the host's carried context fields: the lanes must read them.
@@ -190,6 +197,10 @@ func (n *node) session(o *remote.Open) (remote.LaneHost, error) {
 	}
 	return &nodeHost{n: n, p: p, raws: raws, lanes: map[*nodeLane]struct{}{}}, nil
 }
+
+// nodeSpinOne is how long a node's lane polls for the next call after running a single
+// one, by default (NodeConfig.LaneSpin).
+const nodeSpinOne = time.Millisecond
 
 // startNode finishes a node pool's start (newPool): it observes, keeps spares and watches
 // its lanes; the host starts them.

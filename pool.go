@@ -271,6 +271,15 @@ func (p *Pool) laneSpin(idx int) time.Duration {
 	return p.cfg.LaneSpin
 }
 
+// laneSpinOne is lane idx's spin budget after a batch of one call (Config.spinOne): as
+// for LaneSpin's default, only the lowest GOMAXPROCS−1 lanes spin.
+func (p *Pool) laneSpinOne(idx int) time.Duration {
+	if idx >= runtime.GOMAXPROCS(0)-1 {
+		return 0
+	}
+	return p.cfg.spinOne
+}
+
 // PID is the pool's supervisor actor, for application actors that watch it.
 func (p *Pool) PID() *actor.PID { return p.tree.PID() }
 

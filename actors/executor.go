@@ -32,6 +32,10 @@ type Executor struct {
 	// Corrupt is told when a result Host settles breaks the protocol: the lane must die.
 	Corrupt func(error)
 	Spin    time.Duration // spin budget before parking
+	// SpinOne, if positive, is the spin budget after a batch of a single call: a node's
+	// lane whose host calls it one call at a time polls for the next for as long as a
+	// network round trip, which its wake-up from a park would otherwise lengthen.
+	SpinOne time.Duration
 	Park    time.Duration // safety-net timeout of a park (0: none)
 	// Local runs calls by reference on their records (goroutine lanes); otherwise payloads
 	// are decoded and results encoded (process lanes).
@@ -188,7 +192,12 @@ func (e *Executor) Run() error {
 	wake.SetAwake()
 	running := e.Region.Running()
 	e.running, e.gate = running, e.Region.Gate()
+	ones := 0 // batches of a single call in a row (SpinOne)
 	for {
+		spin.Budget = e.Spin
+		if ones >= oneAtATime && e.SpinOne > 0 {
+			spin.Budget = e.SpinOne
+		}
 		// Between batches the lane looks for work (a stealing host rings none): idle, unless
 		// it still holds claimed calls (its own ring's calls ran first), or waits for the
 		// host's answer to its claim notice.
@@ -205,7 +214,7 @@ func (e *Executor) Run() error {
 			if e.Steal != nil && e.Steal.Contended() {
 				timeout = contendedPark
 			}
-			if e.Spin <= 0 {
+			if spin.Budget <= 0 {
 				wake.Park(e.Lane, ready, timeout)
 			} else {
 				parked := time.Now()
@@ -267,10 +276,20 @@ func (e *Executor) Run() error {
 				return err
 			}
 		}
+		if n == 1 {
+			ones++
+		} else {
+			ones = 0
+		}
 		stamp.S(stamp.LaneRan)
 		e.flushLocal()
 	}
 }
+
+// oneAtATime is how many batches of a single call in a row show a lane that its caller
+// calls one call at a time (SpinOne): a lane whose calls come in windows sees a single
+// call now and then, and must not take a core for it.
+const oneAtATime = 3
 
 // flushLocal has an in-process lane move the calls waiting in its backlog (and the shared
 // ring's) into the slots its last batch freed, once per batch. Callers that submit while

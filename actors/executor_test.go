@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -868,4 +869,71 @@ func TestExecutorDrain(t *testing.T) {
 	if h.ret.Poll() != 0 {
 		t.Fatalf("results published on the return ring: %#x", h.ret.Poll())
 	}
+}
+
+// A lane whose calls come one at a time (oneAtATime single-call batches in a row) polls for
+// the next for SpinOne, as a node's lane does for a host calling it sequentially: a call
+// published without ringing it is still taken. Before the streak, and after a larger
+// batch, it parks as soon as it is out of calls (Spin is off here).
+func TestExecutorSpinsForCallsOneAtATime(t *testing.T) {
+	task := defineTest(t, func(_ context.Context, n int) (int, error) { return n + 1, nil }, Options{})
+	const owner, lane = 5, 2
+	h := startExecutor(t, fastpath.Layout{Inline: 64, Arena: 64}, []Def{task}, func(e *Executor) {
+		e.Local, e.Spin, e.SpinOne = true, -1, time.Hour // no spin but SpinOne's, which never runs out here
+	})
+	var n int
+	call := func(ring bool) { // a single call, published, rung or not, and its result
+		t.Helper()
+		r := startCall(t, task, context.Background(), n, owner, lane)
+		n++
+		h.stage(callSlot{fn: 0, id: r.ID, gen: r.Gen.Load()})
+		if ring {
+			h.flush()
+		} else {
+			h.req.Flush()
+		}
+		res := h.receive(1)[0]
+		if err := task.SettleResult(owner, lane, res.id, res.gen, res.o, res.payload, true, 0, testWrapper{}); err != nil {
+			t.Fatal(err)
+		}
+		<-r.Done()
+		task.Records.Release(r)
+	}
+	parks := func(what string) { // the lane parks: its wake word says so
+		t.Helper()
+		deadline := time.Now().Add(time.Minute) // a watchdog against a hang, not a speed claim
+		for awake, _ := h.wake.Awake(); awake; awake, _ = h.wake.Awake() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the lane still polls %s", what)
+			}
+			runtime.Gosched()
+		}
+	}
+	singles := func() { // single calls short of a streak: the lane parks after each
+		t.Helper()
+		for k := 1; k < oneAtATime; k++ {
+			call(true)
+			parks(fmt.Sprintf("after %d single calls in a row", k))
+		}
+	}
+	singles()
+	// A batch of two ends the streak.
+	for range 2 {
+		r := startCall(t, task, context.Background(), n, owner, lane)
+		n++
+		h.stage(callSlot{fn: 0, id: r.ID, gen: r.Gen.Load()})
+		defer func() { <-r.Done(); task.Records.Release(r) }()
+	}
+	h.flush()
+	for _, res := range h.receive(2) {
+		if err := task.SettleResult(owner, lane, res.id, res.gen, res.o, res.payload, true, 0, testWrapper{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parks("after a batch of two calls")
+	singles()
+	call(true) // the streak: the lane polls from now on
+	call(false)
+	call(false)
+	h.stopAndWait()
 }
