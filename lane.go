@@ -542,6 +542,15 @@ func (l *lane) needReaper() {
 	}
 }
 
+// polling reports whether the lane is awake between calls, polling for the next
+// (actors.Executor.SpinOne): a call published now needs no wake-up, and a quick one is
+// answered within microseconds.
+func (l *lane) polling() bool {
+	awake, woken := l.wake.Awake()
+	word, ok := l.running()
+	return awake && !woken && ok && !fastpath.Busy(word)
+}
+
 // expectResults wakes the lane's reaper, if it sleeps on the completion doorbell, for
 // calls just submitted that no caller of this process waits on (a node's: its host does):
 // the reaper lingers for their results (linger) while the lane wakes and runs them,
