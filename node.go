@@ -307,6 +307,7 @@ type nodeLane struct {
 
 	mu       sync.Mutex
 	bySeq    map[uint64]*rawRec // the calls it holds, by the host's sequence number
+	ones     int                // frames of a single call in a row (Submit's, one goroutine)
 	done     uint64             // the highest host sequence number it answered
 	started  uint64             // at its end: the highest one it had started
 	busy     bool               // at its end: a call was running
@@ -358,7 +359,12 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 		nl.bySeq[r.hostSeq] = r
 	}
 	nl.mu.Unlock()
-	polling := len(calls) == 1 && nl.l.polling()
+	if len(calls) == 1 {
+		nl.ones++
+	} else {
+		nl.ones = 0
+	}
+	polling := nl.ones > actors.OneAtATime && nl.l.polling()
 	taken, err := nl.l.ring.SubmitBatch(calls)
 	stamp.S(stamp.NodeSubmitted)
 	// A lane that polls for its calls, one at a time, answers a quick one within

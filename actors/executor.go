@@ -195,7 +195,7 @@ func (e *Executor) Run() error {
 	ones := 0 // batches of a single call in a row (SpinOne)
 	for {
 		spin.Budget = e.Spin
-		if ones >= oneAtATime && e.SpinOne > 0 {
+		if ones >= OneAtATime && e.SpinOne > 0 {
 			spin.Budget = e.SpinOne
 		}
 		// Between batches the lane looks for work (a stealing host rings none): idle, unless
@@ -286,10 +286,10 @@ func (e *Executor) Run() error {
 	}
 }
 
-// oneAtATime is how many batches of a single call in a row show a lane that its caller
+// OneAtATime is how many batches of a single call in a row show a lane that its caller
 // calls one call at a time (SpinOne): a lane whose calls come in windows sees a single
 // call now and then, and must not take a core for it.
-const oneAtATime = 3
+const OneAtATime = 3
 
 // flushLocal has an in-process lane move the calls waiting in its backlog (and the shared
 // ring's) into the slots its last batch freed, once per batch. Callers that submit while

@@ -871,7 +871,7 @@ func TestExecutorDrain(t *testing.T) {
 	}
 }
 
-// A lane whose calls come one at a time (oneAtATime single-call batches in a row) polls for
+// A lane whose calls come one at a time (OneAtATime single-call batches in a row) polls for
 // the next for SpinOne, as a node's lane does for a host calling it sequentially: a call
 // published without ringing it is still taken. Before the streak, and after a larger
 // batch, it parks as soon as it is out of calls (Spin is off here).
@@ -911,7 +911,7 @@ func TestExecutorSpinsForCallsOneAtATime(t *testing.T) {
 	}
 	singles := func() { // single calls short of a streak: the lane parks after each
 		t.Helper()
-		for k := 1; k < oneAtATime; k++ {
+		for k := 1; k < OneAtATime; k++ {
 			call(true)
 			parks(fmt.Sprintf("after %d single calls in a row", k))
 		}
