@@ -237,3 +237,13 @@ func StealDegraded(p *Pool) bool {
 	gone, _ := p.shared.Degraded()
 	return gone
 }
+
+// ReadsOfAnEndedLane kills the current lane idx of p, waits until it has ended (its region
+// released: unmapped for a process lane), and then reads its wake state as a caller whose
+// spin outlived the lane (slowWake) and a node's Submit to it (polling) do.
+func ReadsOfAnEndedLane(p *Pool, idx int) (slowWake, polling bool) {
+	l := p.slots[idx].cur.Load()
+	l.Kill(lifecycle.Exit{})
+	<-l.Ended()
+	return l.slowWake(), l.polling()
+}

@@ -232,9 +232,19 @@ func (l *lane) Published() {
 
 // slowWake reports whether the lane was woken for the last calls published, or is parked:
 // a caller whose spin ran out waited for the lane's wake-up, not for its pace.
+// The lane may have ended while its caller spun: its wake word is read under mu, only
+// while the region is mapped (a process lane's is unmapped once its calls have settled).
 func (l *lane) slowWake() bool {
+	if l.rang.Load() {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Unmapped() {
+		return true // it ended: its pace says nothing
+	}
 	awake, woken := l.wake.Awake()
-	return l.rang.Load() || !awake || woken
+	return !awake || woken
 }
 
 // roomFreed rings the lane, parked until its full return ring has room, after a drain.
@@ -546,9 +556,13 @@ func (l *lane) needReaper() {
 // (actors.Executor.SpinOne): a call published now needs no wake-up, and a quick one is
 // answered within microseconds.
 func (l *lane) polling() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Unmapped() {
+		return false
+	}
 	awake, woken := l.wake.Awake()
-	word, ok := l.running()
-	return awake && !woken && ok && !fastpath.Busy(word)
+	return awake && !woken && !fastpath.Busy(l.Region().Running().Load())
 }
 
 // expectResults wakes the lane's reaper, if it sleeps on the completion doorbell, for
@@ -677,11 +691,14 @@ func (l *lane) StopRequested() {
 	l.kickReaper()
 }
 
-// LetGo implements lifecycle.Rings: the reaper and a caller waiting on the direct doorbell
-// let go of the region. Its calls are settled (Settled is closed): the waiter, woken, finds
+// LetGo implements lifecycle.Rings: submitters still ringing the lane, the reaper and a
+// caller waiting on the direct doorbell let go of the region. Its calls are settled (Settled is closed): the waiter, woken, finds
 // its call settled or gone elsewhere and leaves, and one about to wait finds the doorbell
 // no longer armed.
 func (l *lane) LetGo() {
+	if l.ring != nil {
+		l.ring.Quiesce() // a submitter may still be ringing the lane for calls it published
+	}
 	l.wakeReaper()
 	if l.ringDirect() {
 		for l.direct.Load() {

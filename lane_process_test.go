@@ -720,3 +720,18 @@ func TestNamedLaneBehindClosingWrapper(t *testing.T) {
 	}
 	check("after the restart")
 }
+
+// A process lane's region is unmapped once it has ended. A caller whose spin outlived the
+// lane reads whether the lane was woken (slowWake), and a node submitting a call reads
+// whether it polls (polling): both must find the region gone, not read it (TestChaos
+// crashed the host with a fault in slowWake).
+func TestEndedLaneWakeStateIsNotRead(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1})
+	if got, err := add.Call(context.Background(), p, [2]int64{2, 3}); err != nil || got != 5 {
+		t.Fatalf("add: %v, %v", got, err)
+	}
+	slow, polling := knit.ReadsOfAnEndedLane(p, 0)
+	if !slow || polling {
+		t.Fatalf("an ended lane: slowWake %v, polling %v; want true, false", slow, polling)
+	}
+}

@@ -181,6 +181,10 @@ type HostRing struct {
 	space   chan struct{} // closed when the backlog frees room (BlockWhenFull)
 	closed  bool          // nothing is published again
 	queued  atomic.Int32  // n, readable without mu
+	// publishing counts the submitters between publishing calls under mu and ringing the
+	// consumer after it (RingOwner.Published, which may touch the region): Quiesce waits
+	// for them before the region can go.
+	publishing atomic.Int32
 
 	aborts    fastpath.Bitmap
 	abortBase int32
@@ -261,8 +265,7 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 				} else {
 					r.prod.Flush()
 				}
-				r.mu.Unlock()
-				r.owner.Published()
+				r.published(true)
 				return false, nil
 			}
 			r.enqueue(*c)
@@ -276,11 +279,31 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 	// (enqueue's store of queued and Reserve's load of the consumer word pair with the
 	// consumer's Retire and the drainer's load of queued.)
 	moved := r.flushLocked()
-	r.mu.Unlock()
-	if moved {
-		r.owner.Published()
-	}
+	r.published(moved)
 	return true, nil
+}
+
+// published unlocks mu and, if calls were published, rings the consumer (outside mu: the
+// ring may be a futex wake), counted in publishing meanwhile.
+func (r *HostRing) published(moved bool) {
+	if !moved {
+		r.mu.Unlock()
+		return
+	}
+	r.publishing.Add(1)
+	r.mu.Unlock()
+	r.owner.Published()
+	r.publishing.Add(-1)
+}
+
+// Quiesce waits until no submitter is still ringing the consumer for calls it published
+// before the ring closed. The owner calls it once the ring is closed (CloseLocked) and
+// before it unmaps the region: a submitter descheduled between its unlock and its ring
+// would otherwise touch a region that is gone.
+func (r *HostRing) Quiesce() {
+	for r.publishing.Load() != 0 {
+		runtime.Gosched()
+	}
 }
 
 // SubmitBatch is Submit for calls, oldest first, under one hold of the mutex: it publishes
@@ -333,10 +356,7 @@ func (r *HostRing) SubmitBatch(calls []Call) (taken int, err error) {
 		staged = true
 	}
 	space := r.space
-	r.mu.Unlock()
-	if staged {
-		r.owner.Published()
-	}
+	r.published(staged)
 	if taken < len(calls) {
 		return taken, &BacklogFull{Space: space}
 	}
@@ -514,11 +534,7 @@ func (r *HostRing) Queued() int32 { return r.queued.Load() }
 // Flush moves backlog calls into free slots.
 func (r *HostRing) Flush() {
 	r.mu.Lock()
-	moved := r.flushLocked()
-	r.mu.Unlock()
-	if moved {
-		r.owner.Published()
-	}
+	r.published(r.flushLocked())
 }
 
 // flushLocked moves backlog calls, oldest first, into free slots; mu is held. It reports

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/internal/shm"
@@ -625,4 +626,52 @@ func TestHostRingSubmitBatch(t *testing.T) {
 	if taken, err := tr.SubmitBatch(calls[taken:]); taken != 0 || err != tr.owner.admit {
 		t.Fatalf("SubmitBatch to a ring its owner closed: %d, %v", taken, err)
 	}
+}
+
+// blockingOwner's Published waits until released: a submitter descheduled between
+// publishing its calls and ringing the lane.
+type blockingOwner struct {
+	*ringOwner
+	entered, release chan struct{}
+}
+
+func (o *blockingOwner) Published() { close(o.entered); <-o.release }
+
+// A submitter rings the lane after it let go of mu, and the ring may touch the region;
+// Quiesce, which the owner calls between closing the ring and unmapping the region, waits
+// for it (TestEndedLaneWakeStateIsNotRead has the fault an unmapped region makes).
+func TestQuiesceWaitsForRingingSubmitters(t *testing.T) {
+	task := defineTest(t, func(_ context.Context, n int) (int, error) { return n, nil }, Options{})
+	bo := &blockingOwner{ringOwner: &ringOwner{}, entered: make(chan struct{}), release: make(chan struct{})}
+	tr := newTestRing(t, served(task), func(c *RingConfig, _ *fastpath.Region) { c.Owner = bo })
+	c, r := ringCall(t, task, context.Background(), 1)
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := tr.Submit(&c)
+		submitted <- err
+	}()
+	<-bo.entered
+	tr.mu.Lock()
+	tr.CloseLocked()
+	tr.mu.Unlock()
+	if n := tr.publishing.Load(); n != 1 {
+		t.Fatalf("%d submitters counted while one rings the lane, want 1", n)
+	}
+	quiesced := make(chan struct{})
+	go func() {
+		tr.Quiesce()
+		close(quiesced)
+	}()
+	close(bo.release)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-quiesced:
+	case <-time.After(time.Minute): // a watchdog against a hang, not a speed claim
+		t.Fatal("Quiesce did not return once the submitter had rung")
+	}
+	tr.take(t)
+	r.Lane.Store(-1)
+	releaseCall(task, r)
 }
