@@ -471,11 +471,11 @@ func (l *lane) reap() {
 
 // linger polls every process lane's return ring for as long as results keep coming back
 // sooner than the spin budget after the last one and calls are out, holding the pool's
-// spinner token (so a busy pool settles its results without a doorbell on either side). It
-// reports whether it
-// settled any result: false when another goroutine spins already, spinning is off, or no
-// result came within the budget (the reaper then sleeps on the doorbell instead of
-// lingering again, which it would do for as long as the pool is closing).
+// spinner token (so a busy pool settles its results without a doorbell on either side).
+// It reports whether it settled any result: false when another goroutine spins already,
+// spinning is off, or no result came within the budget (the reaper then sleeps on the
+// doorbell instead of lingering again, which it would do for as long as the pool is
+// closing).
 func (l *lane) linger() (settled bool) {
 	p := l.p
 	budget := p.cfg.CallerSpin
@@ -692,9 +692,9 @@ func (l *lane) StopRequested() {
 }
 
 // LetGo implements lifecycle.Rings: submitters still ringing the lane, the reaper and a
-// caller waiting on the direct doorbell let go of the region. Its calls are settled (Settled is closed): the waiter, woken, finds
-// its call settled or gone elsewhere and leaves, and one about to wait finds the doorbell
-// no longer armed.
+// caller waiting on the direct doorbell let go of the region. Its calls are settled
+// (Settled is closed): the waiter, woken, finds its call settled or gone elsewhere and
+// leaves, and one about to wait finds the doorbell no longer armed.
 func (l *lane) LetGo() {
 	if l.ring != nil {
 		l.ring.Quiesce() // a submitter may still be ringing the lane for calls it published

@@ -50,11 +50,11 @@ type NodeConfig struct {
 	// LaneSpin and CallerSpin are Config's, for the node's lanes, except that a zero
 	// LaneSpin means: a lane parks as soon as it has run out of calls (they come a network
 	// frame at a time, tens of microseconds apart at best, and a lane that polls between
-	// frames takes the core the node's own transport needs), unless it ran a single call:
-	// then its host calls it one call at a time, and it polls for the next for up to
-	// 1ms, a network round trip, which the wake-up of a parked lane would lengthen by tens
-	// of microseconds (the lowest GOMAXPROCS−1 lanes only; docs/remote.md, "Figures").
-	// Negative: lanes never poll.
+	// frames takes the core the node's own transport needs), unless its calls come one at
+	// a time (actors.OneAtATime single-call batches in a row): then it polls for the next
+	// for up to 1ms, a network round trip, which the wake-up of a parked lane would
+	// lengthen by tens of microseconds (the lowest GOMAXPROCS−1 lanes only; docs/remote.md,
+	// "Figures"). Negative: lanes never poll.
 	LaneSpin, CallerSpin time.Duration
 	// Logger receives the node's logs, and its lanes' output (default: as Config.Logger).
 	Logger *zap.Logger
