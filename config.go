@@ -206,7 +206,7 @@ type Config struct {
 	// node: the pool is a node's, for one host's lanes (ServeNode): no supervision tree and
 	// no lane at the start; the node starts and stops lanes as the host asks (node.go).
 	node bool
-	// spinOne: how long a lane polls for its next call after running a single one
+	// spinOne: how long a lane whose calls come one at a time polls for the next
 	// (actors.Executor.SpinOne); a node's lanes, by default (NodeConfig.LaneSpin).
 	spinOne time.Duration
 }

@@ -199,8 +199,8 @@ func (n *node) session(o *remote.Open) (remote.LaneHost, error) {
 	return &nodeHost{n: n, p: p, raws: raws, lanes: map[*nodeLane]struct{}{}}, nil
 }
 
-// nodeSpinOne is how long a node's lane polls for the next call after running a single
-// one, by default (NodeConfig.LaneSpin).
+// nodeSpinOne is how long a node's lane whose calls come one at a time polls for the next,
+// by default (NodeConfig.LaneSpin).
 const nodeSpinOne = time.Millisecond
 
 // startNode finishes a node pool's start (newPool): it observes, keeps spares and watches

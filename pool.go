@@ -271,8 +271,8 @@ func (p *Pool) laneSpin(idx int) time.Duration {
 	return p.cfg.LaneSpin
 }
 
-// laneSpinOne is lane idx's spin budget after a batch of one call (Config.spinOne): as
-// for LaneSpin's default, only the lowest GOMAXPROCS−1 lanes spin.
+// laneSpinOne is lane idx's spin budget when its calls come one at a time (Config.spinOne):
+// as for LaneSpin's default, only the lowest GOMAXPROCS−1 lanes spin.
 func (p *Pool) laneSpinOne(idx int) time.Duration {
 	if idx >= runtime.GOMAXPROCS(0)-1 {
 		return 0

@@ -32,9 +32,10 @@ type Executor struct {
 	// Corrupt is told when a result Host settles breaks the protocol: the lane must die.
 	Corrupt func(error)
 	Spin    time.Duration // spin budget before parking
-	// SpinOne, if positive, is the spin budget after a batch of a single call: a node's
-	// lane whose host calls it one call at a time polls for the next for as long as a
-	// network round trip, which its wake-up from a park would otherwise lengthen.
+	// SpinOne, if positive, is the spin budget once OneAtATime batches in a row held a
+	// single call each: a node's lane whose host calls it one call at a time polls for the
+	// next for as long as a network round trip, which its wake-up from a park would
+	// otherwise lengthen.
 	SpinOne time.Duration
 	Park    time.Duration // safety-net timeout of a park (0: none)
 	// Local runs calls by reference on their records (goroutine lanes); otherwise payloads

@@ -74,7 +74,7 @@ type Boot struct {
 	Tasks       []BootTask `json:"-"`                 // in the record's binary task table (EncodeBoot)
 	MaxCall     int        `json:"max_call"`
 	Spin        int64      `json:"spin_ns"`
-	SpinOne     int64      `json:"spin_one_ns,omitempty"` // after a batch of one call (actors.Executor.SpinOne)
+	SpinOne     int64      `json:"spin_one_ns,omitempty"` // when calls come one at a time (actors.Executor.SpinOne)
 	Park        int64      `json:"park_ns"`
 	Epoch       int64      `json:"epoch"`
 	Debug       string     `json:"debug,omitempty"`
