@@ -545,3 +545,51 @@ func fileRuns(t *testing.T, n int) (string, []atomic.Uint32) {
 	}
 	return path, runs
 }
+
+// fifoWait is how long a test waits for a lane at the other end of a FIFO: a watchdog
+// against a lane that died before it opened its end, not a speed claim.
+const fifoWait = time.Minute
+
+// fifoWrite writes a byte into the FIFO at path, which a task reads to go on. It fails the
+// test, rather than hanging it, if nothing opens the FIFO to read within fifoWait (the
+// lane died first).
+func fifoWrite(t *testing.T, path, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- os.WriteFile(path, []byte{1}, 0o600) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(fifoWait):
+		if r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			<-done // the writer had waited for a reader: it has one now
+			r.Close()
+		}
+		t.Fatalf("%s: no task opened the FIFO within %v", what, fifoWait)
+	}
+}
+
+// fifoRead reads the FIFO at path until a task that writes into it closes it, and fails
+// the test if none does within fifoWait.
+func fifoRead(t *testing.T, path, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := os.ReadFile(path)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(fifoWait):
+		if w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close() // the reader had waited for a writer: it has had one, and reads EOF
+			<-done
+		}
+		t.Fatalf("%s: no task wrote the FIFO within %v", what, fifoWait)
+	}
+}

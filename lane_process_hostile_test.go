@@ -97,9 +97,7 @@ func TestForgedResultForAnotherLanesCall(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _, forgeErr = forgeOther.Call(context.Background(), p, victimIndex(t, p)) })
 	crashed := rec.await(t, "forging lane killed", func(e knit.Event) bool { return e.To == knit.StateCrashed })
-	if err := os.WriteFile(gate, []byte{1}, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fifoWrite(t, gate, "opening the victim's gate")
 	got, err := v.Wait()
 	if err != nil || got != 42 {
 		t.Fatalf("victim call: %d, %v (want its own lane's 42)", got, err)
@@ -687,9 +685,7 @@ func TestHostileDoorbellStorm(t *testing.T) {
 				}
 			}
 			f := storm.Go(context.Background(), p, fifos) // lane 0: FirstIdle
-			if _, err := os.ReadFile(fifos[0]); err != nil {
-				t.Fatal(err)
-			}
+			fifoRead(t, fifos[0], "the storming call starting")
 			for i := range 200 { // on lane 1, the idle one
 				if sum, err := add.Call(context.Background(), p, [2]int64{int64(i), 7}); err != nil || sum != int64(i)+7 {
 					t.Fatalf("add %d during the storm: %d, %v", i, sum, err)
@@ -699,9 +695,7 @@ func TestHostileDoorbellStorm(t *testing.T) {
 				v, err := f.Wait()
 				t.Fatalf("the storming call settled before its lane answered: %d, %v", v, err)
 			}
-			if err := os.WriteFile(fifos[1], []byte{1}, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			fifoWrite(t, fifos[1], "opening the storming call's gate")
 			if v, err := settle(t, "the storming call", f); err != nil || v != 42 {
 				t.Fatalf("storming call: %d, %v; want its own 42", v, err)
 			}

@@ -154,9 +154,7 @@ func runningCall(t *testing.T, ctx context.Context, p *knit.Pool) *knit.Future[i
 		t.Fatal(err)
 	}
 	f := running.Go(ctx, p, fifo)
-	if _, err := os.ReadFile(fifo); err != nil { // returns once the task has written
-		t.Fatal(err)
-	}
+	fifoRead(t, fifo, "a running call starting") // returns once the task has written
 	return f
 }
 

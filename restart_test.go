@@ -137,9 +137,7 @@ func matrixCase(t *testing.T, how string, code knit.Code, restart bool, typ knit
 			t.Fatal(err)
 		}
 	default:
-		if err := os.WriteFile(gate, []byte{1}, 0o600); err != nil { // opens the FIFO: lane 1 goes
-			t.Fatal(err)
-		}
+		fifoWrite(t, gate, "opening lane 1's gate") // lane 1 goes
 	}
 
 	end := rec.await(t, "lane 1 ended", ended)
@@ -220,9 +218,7 @@ func TestLaneIgnoringStopIsKilledAndClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := stubborn.Go(context.Background(), p, fifo)
-	if _, err := os.ReadFile(fifo); err != nil { // the lane now ignores SIGTERM
-		t.Fatal(err)
-	}
+	fifoRead(t, fifo, "the stubborn call starting") // the lane now ignores SIGTERM
 	now, stop := context.WithCancel(context.Background())
 	stop()
 	err = p.Close(now)

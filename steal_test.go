@@ -691,9 +691,7 @@ func TestStealCloseKillsStubbornLanes(t *testing.T) {
 					t.Fatal(err)
 				}
 				held = append(held, stubborn.Go(context.Background(), p, fifo))
-				if _, err := os.ReadFile(fifo); err != nil { // a lane now runs it, ignoring SIGTERM
-					t.Fatal(err)
-				}
+				fifoRead(t, fifo, "a stubborn call starting") // a lane now runs it, ignoring SIGTERM
 			}
 			var pids []int
 			for _, ls := range p.Stats().Lanes {
