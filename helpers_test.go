@@ -555,29 +555,29 @@ const fifoWait = time.Minute
 // lane died first).
 func fifoWrite(t *testing.T, path, what string) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- os.WriteFile(path, []byte{1}, 0o600) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(fifoWait):
-		if r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
-			<-done // the writer had waited for a reader: it has one now
-			r.Close()
-		}
-		t.Fatalf("%s: no task opened the FIFO within %v", what, fifoWait)
-	}
+	fifoEnd(t, path, what, true)
 }
 
 // fifoRead reads the FIFO at path until a task that writes into it closes it, and fails
 // the test if none does within fifoWait.
 func fifoRead(t *testing.T, path, what string) {
 	t.Helper()
+	fifoEnd(t, path, what, false)
+}
+
+// fifoEnd opens the test's end of a FIFO (to write a byte, or to read to EOF) and waits
+// for the task's end, for fifoWait at most: then it opens the task's end itself, which
+// unblocks its own open, and fails.
+func fifoEnd(t *testing.T, path, what string, write bool) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := os.ReadFile(path)
+		var err error
+		if write {
+			err = os.WriteFile(path, []byte{1}, 0o600)
+		} else {
+			_, err = os.ReadFile(path)
+		}
 		done <- err
 	}()
 	select {
@@ -586,10 +586,14 @@ func fifoRead(t *testing.T, path, what string) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	case <-time.After(fifoWait):
-		if w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			w.Close() // the reader had waited for a writer: it has had one, and reads EOF
+		other := os.O_WRONLY
+		if write {
+			other = os.O_RDONLY
+		}
+		if f, err := os.OpenFile(path, other|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
 			<-done
 		}
-		t.Fatalf("%s: no task wrote the FIFO within %v", what, fifoWait)
+		t.Fatalf("%s: no task opened its end of the FIFO within %v", what, fifoWait)
 	}
 }
