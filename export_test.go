@@ -57,7 +57,7 @@ func NewResultHarness(tasks ...Definition) (*ResultHarness, error) {
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes), events: make(chan Event, 1)}
 	p.size.Store(1)
-	p.byIndex = make([]actors.Def, len(actors.All()))
+	p.byIndex = make([]actors.Def, actors.Count())
 	for _, t := range tasks {
 		d := t.actorsDef()
 		if p.byIndex[d.Index()] == nil {

@@ -391,18 +391,27 @@ func (l *lane) SettleResult(r actors.Result) error {
 
 // Wrap implements actors.Wrapper: a lane's outcome as the caller's error.
 func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
+	if e := wrapOutcome(l.Idx, t, o, err); e != nil {
+		return e
+	}
+	l.DebugTo(l.p.codecLog, "payload did not decode", zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
+	return brokeProtocol(l.Idx, t, err)
+}
+
+// wrapOutcome is Wrap for lane idx, or nil where the outcome breaks the protocol.
+func wrapOutcome(idx int, t actors.Def, o actors.Outcome, err error) error {
 	var ke coded
 	var we actors.WireError
 	switch {
 	case o == actors.Failed && errors.As(err, &we) && we.Code != "":
-		return &Error{Code: Code(we.Code), Lane: l.Idx, Task: t.Name(), Message: we.Message}
+		return &Error{Code: Code(we.Code), Lane: idx, Task: t.Name(), Message: we.Message}
 	case o == actors.Panicked:
 		// The cause is a *actors.PanicError: a short message, the lane's stack in a field.
-		return &Error{Code: CodeTaskPanic, Lane: l.Idx, Task: t.Name(), Cause: panicOf(actors.AsPanic(err))}
+		return &Error{Code: CodeTaskPanic, Lane: idx, Task: t.Name(), Cause: panicOf(actors.AsPanic(err))}
 	case o == actors.Failed && errors.As(err, &ke):
 		return errorOf(err)
 	case o == actors.Failed:
-		return &Error{Code: CodeTaskError, Lane: l.Idx, Task: t.Name(), Cause: err}
+		return &Error{Code: CodeTaskError, Lane: idx, Task: t.Name(), Cause: err}
 	case (o == actors.BadInput || o == actors.BadOutput) && errors.As(err, &we):
 		// The lane reports that the call's value could not cross (it did not decode or
 		// encode there, or the result is over the size limit): the call fails, the lane is
@@ -411,10 +420,14 @@ func (l *lane) Wrap(t actors.Def, o actors.Outcome, err error) error {
 		if Code(we.Code) == CodePayloadTooLarge {
 			code = CodePayloadTooLarge
 		}
-		return &Error{Code: code, Lane: l.Idx, Task: t.Name(), Message: we.Message}
+		return &Error{Code: code, Lane: idx, Task: t.Name(), Message: we.Message}
 	}
-	l.DebugTo(l.p.codecLog, "payload did not decode", zap.String("task", t.Name()), zap.Stringer("outcome", o), zap.Error(err))
-	return &Error{Code: CodeWorkerCrashed, Lane: l.Idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
+	return nil
+}
+
+// brokeProtocol is the error of a call whose lane answered it with what cannot be.
+func brokeProtocol(idx int, t actors.Def, err error) *Error {
+	return &Error{Code: CodeWorkerCrashed, Lane: idx, Task: t.Name(), Message: "lane broke the protocol", Cause: err}
 }
 
 // reap drains results for callers that are not spinning: parked callers and futures. It
@@ -649,7 +662,7 @@ func (l *lane) Settle(le *lifecycle.Error, release bool) {
 		l.DebugTo(l.p.fastLog, "rings fenced", zap.Bool("results_drained", release))
 		if release {
 			word := l.Region().Running().Load()
-			end.Started = fastpath.Started(word)
+			end.Started, end.Chunk = fastpath.Started(word), l.Region().Chunk().Load()
 			l.diedRunning.Store(fastpath.Busy(word))
 		}
 	}

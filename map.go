@@ -49,9 +49,13 @@ func (t *Task[In, Out]) Map(ctx context.Context, p *Pool, in []In) ([]Out, error
 	}
 	out := make([]Out, len(in))
 	f := failures{task: t.def.Name()}
-	if t.def.Options().CallTimeout() > 0 {
-		t.mapEach(ctx, p, in, out, &f)
-	} else if len(in) > 0 {
+	switch {
+	case t.def.Options().CallTimeout() > 0:
+		t.mapEach(ctx, p, in, out, &f, nil)
+	case len(in) == 0:
+	case p.caps.Remote:
+		t.mapTwins(ctx, p, in, out, &f)
+	default:
 		t.mapChunks(ctx, p, in, out, &f)
 	}
 	if len(f.list) > 0 {
@@ -72,9 +76,13 @@ func (f *failures) add(i int, err error) {
 }
 
 // mapEach runs a Map whose elements each have a context of their own (a task timeout), one
-// call at a time, up to mapWindow in flight.
-func (t *Task[In, Out]) mapEach(ctx context.Context, p *Pool, in []In, out []Out, f *failures) {
-	calls := make([]mapCall[In, Out], min(len(in), mapWindow))
+// call at a time, up to mapWindow in flight: the elements of in, or those only lists.
+func (t *Task[In, Out]) mapEach(ctx context.Context, p *Pool, in []In, out []Out, f *failures, only []int) {
+	count := len(in)
+	if only != nil {
+		count = len(only)
+	}
+	calls := make([]mapCall[In, Out], min(count, mapWindow))
 	head, n := 0, 0 // the oldest call in flight, and how many are
 	wait := func() {
 		c := &calls[head]
@@ -87,7 +95,11 @@ func (t *Task[In, Out]) mapEach(ctx context.Context, p *Pool, in []In, out []Out
 		head = (head + 1) % len(calls)
 		n--
 	}
-	for i := range in {
+	for j := range count {
+		i := j
+		if only != nil {
+			i = only[j]
+		}
 		if n == len(calls) {
 			wait()
 		}
@@ -101,6 +113,124 @@ func (t *Task[In, Out]) mapEach(ctx context.Context, p *Pool, in []In, out []Out
 	for n > 0 {
 		wait()
 	}
+}
+
+// twinCaller is a task's twin as Map calls it: a *Task[[]In, []byte], made by Define (where
+// its instantiation cannot recur).
+type twinCaller[In any] interface {
+	start(ctx context.Context, p *Pool, i int, in []In, c *mapCall[[]In, []byte]) error
+	awaitBegan(c *mapCall[[]In, []byte]) ([]byte, int, error)
+}
+
+// twinChunk is how many elements of a Map one call of the task's twin carries to a lane in
+// another process (actors.TwinSuffix): 8 such calls make a Map's window.
+const twinChunk = mapWindow / 8
+
+// mapTwins runs a Map on lanes in other processes: each chunk of twinChunk elements is one
+// call of the task's twin, which runs them one after the other on the lane and answers with
+// all their outcomes; up to mapWindow elements are in flight. The elements a chunk did not
+// run (its call could not start, or the lane left them: actors.Stale) run by themselves
+// afterwards.
+func (t *Task[In, Out]) mapTwins(ctx context.Context, p *Pool, in []In, out []Out, f *failures) {
+	tw := t.twin()
+	calls := make([]mapCall[[]In, []byte], min((len(in)+twinChunk-1)/twinChunk, mapWindow/twinChunk))
+	var alone []int
+	head, n, next := 0, 0, 0
+	for next < len(in) || n > 0 {
+		if next < len(in) && n < len(calls) {
+			k := min(twinChunk, len(in)-next)
+			if err := tw.start(ctx, p, next, in[next:next+k], &calls[(head+n)%len(calls)]); err != nil {
+				for i := range k { // each gets its own error, or runs
+					alone = append(alone, next+i)
+				}
+			} else {
+				n++
+			}
+			next += k
+			continue
+		}
+		c := &calls[head]
+		first, k := c.i, len(c.r.In)
+		raw, began, err := tw.awaitBegan(c)
+		t.chunkDone(first, k, raw, began, err, out, f, &alone)
+		*c = mapCall[[]In, []byte]{}
+		head = (head + 1) % len(calls)
+		n--
+	}
+	if len(alone) > 0 {
+		t.mapEach(ctx, p, in, out, f, alone)
+	}
+}
+
+// chunkDone takes the outcome of a twin's call for elements first to first+k-1 into out and
+// f: each element's result (raw), or the call's error. Elements the lane did not run go to
+// alone. When the chunk's lane died running it, the elements that had started (began, -1
+// where not known: all) fail with its error, as calls the lane was running would, or run
+// again by themselves if the task is Idempotent; the others run by themselves.
+func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error, out []Out, f *failures, alone *[]int) {
+	if err != nil {
+		e := *asError(err, t.def.Name())
+		e.Task = t.def.Name()
+		failed := k
+		if e.Code == CodeWorkerCrashed {
+			switch {
+			case t.def.Options().Idempotent || !e.Started:
+				failed = 0
+			case began >= 0:
+				failed = min(began, k)
+			}
+		}
+		for i := range k {
+			if i < failed {
+				f.list = append(f.list, ElementError{Index: first + i, Err: &e})
+			} else {
+				*alone = append(*alone, first+i)
+			}
+		}
+		return
+	}
+	n, entries := actors.ChunkResults(raw)
+	if n != k {
+		err := brokeProtocol(-1, t.def, fmt.Errorf("a chunk of %d elements answered with %d", k, n))
+		for i := range k {
+			f.list = append(f.list, ElementError{Index: first + i, Err: err})
+		}
+		return
+	}
+	i := first
+	for e, err := range entries {
+		if err != nil { // checked when the result was settled: only a broken invariant
+			panic(err)
+		}
+		if err := t.element(e, &out[i]); err != nil {
+			f.list = append(f.list, ElementError{Index: i, Err: err})
+		} else if e.Outcome == actors.Stale {
+			*alone = append(*alone, i)
+		}
+		i++
+	}
+}
+
+// element decodes one entry of a chunk's result into v, or returns its error.
+func (t *Task[In, Out]) element(e actors.ChunkEntry, v *Out) *Error {
+	switch e.Outcome {
+	case actors.OK:
+		var err error
+		if *v, err = t.def.OutCdc.Decode(e.Payload()); err != nil {
+			return brokeProtocol(-1, t.def, err)
+		}
+		return nil
+	case actors.Stale:
+		return nil
+	}
+	we, err := actors.DecodeWireError(e.Payload())
+	if err != nil {
+		return brokeProtocol(-1, t.def, err)
+	}
+	if err := wrapOutcome(-1, t.def, e.Outcome, we); err != nil {
+		return asError(err, t.def.Name())
+	}
+	return brokeProtocol(-1, t.def, fmt.Errorf("element outcome %v", e.Outcome))
 }
 
 // chunk is a chunk of a Map's calls in flight: elements first to first+len(recs)-1.
@@ -417,6 +547,13 @@ func (t *Task[In, Out]) start(ctx context.Context, p *Pool, i int, in In, c *map
 
 // await waits for a started call to settle, as Call waits, and releases its record.
 func (t *Task[In, Out]) await(c *mapCall[In, Out]) (Out, error) {
+	v, _, err := t.awaitBegan(c)
+	return v, err
+}
+
+// awaitBegan is await for a twin's call: it also reports how many of the chunk's elements
+// had started if its lane died running it, else -1 (actors.Record.Began).
+func (t *Task[In, Out]) awaitBegan(c *mapCall[In, Out]) (Out, int, error) {
 	p, r, l := c.p, c.r, c.home
 	if r.Pending() && (l != nil || p.cfg.CallerSpin > 0) {
 		p.help(r)
@@ -442,8 +579,12 @@ func (t *Task[In, Out]) await(c *mapCall[In, Out]) (Out, error) {
 		c.cancel()
 	}
 	v, err := r.Out, r.Err
+	began, ok := r.Began()
+	if !ok {
+		began = -1
+	}
 	t.def.Records.Release(r)
-	return v, err
+	return v, began, err
 }
 
 // asError is err as an element's *Error.

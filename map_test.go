@@ -164,3 +164,100 @@ func TestMapStealing(t *testing.T) {
 		_ = p.Close(context.Background())
 	}
 }
+
+// On process lanes a Map's elements travel in chunks, each one call of the task's twin: a
+// Map of 1,000 elements is a handful of calls on the lanes, and its results are the same.
+func TestMapChunksOnProcessLanes(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, mapSquare)
+	in := make([]int, 1000)
+	for i := range in {
+		in[i] = i - 10 // ten negative elements fail, each by itself
+	}
+	out, err := mapSquare.Map(context.Background(), p, in)
+	var me *knit.MapError
+	if !errors.As(err, &me) || len(me.Failed) != 10 {
+		t.Fatalf("err = %v, want 10 failed elements", err)
+	}
+	for i, f := range me.Failed {
+		if f.Index != i || f.Err.Code != knit.CodeTaskError || f.Err.Task != mapSquare.Name() {
+			t.Errorf("failure %d: element %d: %v", i, f.Index, f.Err)
+		}
+	}
+	for i := 10; i < len(in); i++ {
+		if out[i] != in[i]*in[i] {
+			t.Fatalf("out[%d] = %d", i, out[i])
+		}
+	}
+	var calls uint64
+	for _, l := range p.Stats().Lanes {
+		calls += l.TotalCompleted + l.TotalFailed
+	}
+	if calls == 0 || calls > uint64(len(in))/32 {
+		t.Errorf("the lanes ran %d calls for a Map of %d elements, want a few chunks", calls, len(in))
+	}
+}
+
+// When a lane dies running a chunk, the chunk's elements that had started fail as the calls
+// it was running would (WORKER_CRASHED, started), and the rest run by themselves: no element
+// after the one that crashed the lane fails. An Idempotent task's elements all run again,
+// and only the one that crashes every lane fails.
+func TestMapChunkLaneCrashIsPrecise(t *testing.T) {
+	in := make([]int, 200)
+	for i := range in {
+		in[i] = i
+	}
+	for _, task := range []*knit.Task[int, int]{mapCrash, mapCrashIdempotent} {
+		p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, task)
+		out, err := task.Map(context.Background(), p, in)
+		var me *knit.MapError
+		if !errors.As(err, &me) {
+			t.Fatalf("%s: err = %v, want a MapError", task.Name(), err)
+		}
+		failed := map[int]bool{}
+		for _, f := range me.Failed {
+			failed[f.Index] = true
+			if f.Err.Code != knit.CodeWorkerCrashed && f.Err.Code != knit.CodePoisonCall {
+				t.Errorf("%s: element %d: %v", task.Name(), f.Index, f.Err)
+			}
+			if f.Index > 13 {
+				t.Errorf("%s: element %d failed: it started after the lane died", task.Name(), f.Index)
+			}
+		}
+		if !failed[13] || task == mapCrashIdempotent && len(me.Failed) != 1 {
+			t.Errorf("%s: failed %v", task.Name(), me.Failed)
+		}
+		for i, v := range out {
+			if v != i*i && !failed[i] {
+				t.Errorf("%s: out[%d] = %d", task.Name(), i, v)
+			}
+		}
+	}
+}
+
+// A chunk's result holds at most half the call limit before its lane stops starting
+// elements: the rest run by themselves, and every result arrives. An element whose result
+// no longer fits fails PAYLOAD_TOO_LARGE, or runs again by itself if the task is Idempotent.
+func TestMapChunkResultLimit(t *testing.T) {
+	const limit = 16 << 10
+	in := []int{5000, 12000}
+	for range 40 {
+		in = append(in, 3000)
+	}
+	for _, task := range []*knit.Task[int, []byte]{mapBig, mapBigIdempotent} {
+		p := newProcessPool(t, knit.Config{Lanes: 1, Payload: knit.Payload{MaxCall: limit}, Logger: quiet()}, task)
+		out, err := task.Map(context.Background(), p, in)
+		var me *knit.MapError
+		switch {
+		case task == mapBigIdempotent && err != nil:
+			t.Errorf("%s: %v", task.Name(), err)
+		case task == mapBig && (!errors.As(err, &me) || len(me.Failed) != 1 || me.Failed[0].Index != 1 ||
+			me.Failed[0].Err.Code != knit.CodePayloadTooLarge):
+			t.Errorf("%s: err = %v, want element 1 to fail PAYLOAD_TOO_LARGE", task.Name(), err)
+		}
+		for i, v := range out {
+			if len(v) != in[i] && !(task == mapBig && i == 1) {
+				t.Errorf("%s: out[%d] has %d bytes, want %d", task.Name(), i, len(v), in[i])
+			}
+		}
+	}
+}

@@ -152,10 +152,16 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	p.laneLog, p.fastLog = p.root.Named(logging.Lane), p.root.Named(logging.Fastpath)
 	p.codecLog = p.root.Named(logging.Codec)
 	p.reaped = p.caps.Remote
-	all := actors.All()
-	p.byIndex = make([]actors.Def, len(all))
+	p.byIndex = make([]actors.Def, actors.Count())
+	serve := make([]actors.Def, 0, 2*len(tasks))
 	for _, t := range tasks {
 		d := t.actorsDef()
+		serve = append(serve, d)
+		if tw, ok := d.(interface{ Twin() actors.Def }); ok && p.caps.Remote && tw.Twin() != nil {
+			serve = append(serve, tw.Twin()) // Map's chunks (actors.TwinSuffix)
+		}
+	}
+	for _, d := range serve {
 		if p.byIndex[d.Index()] == nil {
 			p.byIndex[d.Index()] = d
 			p.defs = append(p.defs, d)

@@ -352,8 +352,9 @@ func TestRemoteWindow(t *testing.T) {
 	for _, l := range p.Stats().Lanes {
 		done += int64(l.TotalCompleted)
 	}
-	if done < n+5000 {
-		t.Errorf("the lanes report %d calls completed, want %d at least", done, n+5000)
+	// A Map's elements travel in chunks of at most 128, each one call on a lane.
+	if done < n+5000/128 {
+		t.Errorf("the lanes report %d calls completed, want %d at least", done, n+5000/128)
 	}
 	if m := knit.RemoteMissedWakes(p); m != 0 {
 		t.Errorf("the heartbeat woke a forwarder that had slept through calls %d times", m)

@@ -11,7 +11,8 @@ import (
 // Task is a typed task definition made by Define. Run it with its Call, Go and Map
 // methods on a Pool that serves it.
 type Task[In, Out any] struct {
-	def *actors.Task[In, Out]
+	def  *actors.Task[In, Out]
+	twin func() twinCaller[In] // the twin that carries Map's chunks to lanes in other processes
 }
 
 // Name returns the task's name.
@@ -96,7 +97,10 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 	if err := checkOptions(&o); err != nil {
 		panic(fmt.Sprintf("knit: task %q: %v", name, err))
 	}
-	return &Task[In, Out]{def: actors.Define(name, fn, o)}
+	d := actors.Define(name, fn, o)
+	return &Task[In, Out]{def: d, twin: func() twinCaller[In] {
+		return &Task[[]In, []byte]{def: d.Twin().(*actors.Task[[]In, []byte])}
+	}}
 }
 
 // checkOptions refuses task options that cannot mean anything: a negative Timeout or

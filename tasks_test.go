@@ -1234,6 +1234,20 @@ var (
 		}
 		return x * x, nil
 	})
+	mapCrashIdempotent = knit.Define("test.map.crash.idempotent", func(_ context.Context, x int) (int, error) {
+		if x == 13 {
+			go panic("crash the lane")
+			select {}
+		}
+		return x * x, nil
+	}, knit.Idempotent())
+	// mapBig answers each element with x bytes.
+	mapBig = knit.Define("test.map.big", func(_ context.Context, x int) ([]byte, error) {
+		return make([]byte, x), nil
+	})
+	mapBigIdempotent = knit.Define("test.map.big.idempotent", func(_ context.Context, x int) ([]byte, error) {
+		return make([]byte, x), nil
+	}, knit.Idempotent())
 )
 
 // Many tasks (task_test.go): 100,000 of them, defined only in the helper process that asks.

@@ -76,8 +76,12 @@ type Executor struct {
 	running *atomic.Uint64 // the region's running word
 	gate    fastpath.Gate  // the region's gate word (process lanes)
 	last    uint64         // the sequence number of the last call of its own ring it started
-	busy    bool           // the running word says busy
-	claimed int            // calls of the shared ring claimed and not run yet (grants: not yet noticed)
+	chunk   *atomic.Uint64 // the region's chunk word (process lanes)
+	mark    func(int)      // markChunk
+	// chunkSeq is the sequence number of the call it runs, 0 for one claimed from the shared ring.
+	chunkSeq uint64
+	busy     bool // the running word says busy
+	claimed  int  // calls of the shared ring claimed and not run yet (grants: not yet noticed)
 	// Grants (a process lane): notices sent, and whether the last one awaits its answer.
 	sent     uint32
 	awaiting bool
@@ -193,6 +197,7 @@ func (e *Executor) Run() error {
 	wake.SetAwake()
 	running := e.Region.Running()
 	e.running, e.gate = running, e.Region.Gate()
+	e.chunk, e.mark = e.Region.Chunk(), e.markChunk
 	ones := 0 // batches of a single call in a row (SpinOne)
 	for {
 		spin.Budget = e.Spin
@@ -332,10 +337,13 @@ func (e *Executor) run(w work, input []byte, claimed bool) error {
 	// is journaled there instead.)
 	switch {
 	case !claimed:
-		e.last = w.seq
+		e.last, e.chunkSeq = w.seq, w.seq
 		e.running.Store(fastpath.RunningWord(w.seq, true))
 	case !e.busy:
 		e.running.Store(fastpath.RunningWord(e.last, true))
+		e.chunkSeq = 0 // a claimed call is journaled on the shared ring
+	default:
+		e.chunkSeq = 0
 	}
 	e.busy = true
 	var out []byte
@@ -508,6 +516,14 @@ func (e *Executor) signal() {
 	}
 }
 
+// markChunk stores in the chunk word how many elements of the Map chunk it runs the lane
+// has started (actors.TwinSuffix), for the host to read if the lane dies.
+func (e *Executor) markChunk(started int) {
+	if e.chunkSeq != 0 {
+		e.chunk.Store(fastpath.ChunkWord(e.chunkSeq, started))
+	}
+}
+
 // panicOf recovers the panic of a call that is to crash the lane.
 func (e *Executor) panicOf(t Def, id uint32, out []byte) error {
 	if e.Local {
@@ -530,13 +546,21 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 	if e.Context != nil {
 		ctx, end = e.Context(abortBit, deadline, carried)
 	}
-	out, o := t.RunEncoded(ctx, in, e.scratch[:0])
-	end()
-	e.scratch = out[:0]
 	limit := e.MaxCall
 	if limit <= 0 || limit > e.Region.Layout().Arena {
 		limit = e.Region.Layout().Arena
 	}
+	var out []byte
+	var o Outcome
+	chunk := false
+	if c, ok := t.(Chunker); ok { // a twin runs a Map's chunk
+		out, o, chunk = c.RunChunk(ctx, in, e.scratch[:0], limit, e.Panic, e.mark)
+	}
+	if !chunk {
+		out, o = t.RunEncoded(ctx, in, e.scratch[:0])
+	}
+	end()
+	e.scratch = out[:0]
 	if len(out) > limit && o != OK {
 		// An error or panic report too long for the limit: cut its text, not the report.
 		if we, err := DecodeWireError(out); err == nil {

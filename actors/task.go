@@ -15,9 +15,12 @@ import (
 	"math/bits"
 	"reflect"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/knitgo/knit/fastpath"
 )
 
 // Options are a task's settings, fixed at definition.
@@ -139,22 +142,36 @@ func AsPanic(err error) *PanicError {
 var registry struct {
 	sync.RWMutex
 	byName map[string]Def
-	list   []Def
+	list   []Def // nil at the index of a twin not made yet
 }
 
-// Lookup returns the task registered under name.
+// Lookup returns the task registered under name (a twin's name makes the twin).
 func Lookup(name string) (Def, bool) {
 	registry.RLock()
-	defer registry.RUnlock()
 	d, ok := registry.byName[name]
-	return d, ok
+	registry.RUnlock()
+	if ok {
+		return d, true
+	}
+	base, twin := strings.CutSuffix(name, TwinSuffix)
+	if !twin {
+		return nil, false
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if t, ok := registry.byName[base].(interface{ twinLocked() Def }); ok {
+		if d := t.twinLocked(); d != nil {
+			return d, true
+		}
+	}
+	return nil, false
 }
 
-// All returns every registered task in index order.
-func All() []Def {
+// Count returns how many registry indices are taken: every task's index is below it.
+func Count() int {
 	registry.RLock()
 	defer registry.RUnlock()
-	return append([]Def(nil), registry.list...)
+	return len(registry.list)
 }
 
 // Fingerprint identifies a task across processes: its name and the identity of its In and
@@ -176,6 +193,12 @@ type Task[In, Out any] struct {
 	InCodec Codec[In]
 	OutCdc  Codec[Out]
 	Records Table[In, Out]
+	// twin is the task's twin (Twin), once made; the registry's lock guards it. makeTwin
+	// makes it (twinMaker), and chunk runs a twin's chunks (RunChunk): nil for a twin, and
+	// nil for a task, respectively.
+	twin     Def
+	makeTwin func(index uint32) Def
+	chunk    func(ctx context.Context, in, dst []byte, limit int, crash bool, mark func(int)) ([]byte, Outcome)
 }
 
 // Define registers a task. It panics on a duplicate name, on a type no codec carries, or on
@@ -183,6 +206,9 @@ type Task[In, Out any] struct {
 func Define[In, Out any](name string, fn func(context.Context, In) (Out, error), opts Options) *Task[In, Out] {
 	if name == "" || fn == nil {
 		panic("knit: Define needs a name and a function")
+	}
+	if strings.HasSuffix(name, TwinSuffix) {
+		panic(fmt.Sprintf("knit: task %q: names ending in %q are knit's own", name, TwinSuffix))
 	}
 	t := &Task[In, Out]{name: name, fn: fn, opts: opts,
 		fp: Fingerprint(name, reflect.TypeFor[In](), reflect.TypeFor[Out]())}
@@ -222,11 +248,20 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 	if _, dup := registry.byName[name]; dup {
 		panic(fmt.Sprintf("knit: task %q is defined twice; task names must be unique", name))
 	}
+	t.makeTwin = twinMaker(t)
+	register(t)
+	// The twin's index is the next one, made when first needed (Twin): a task that no Map
+	// on lanes in other processes runs costs no twin.
+	registry.list = append(registry.list, nil)
+	return t
+}
+
+// register gives t the next registry index. registry is locked.
+func register[In, Out any](t *Task[In, Out]) {
 	t.index = uint32(len(registry.list))
 	t.Records.task, t.Records.def = t.index, t
-	registry.byName[name] = t
+	registry.byName[t.name] = t
 	registry.list = append(registry.list, t)
-	return t
 }
 
 // Name implements Def.
@@ -350,6 +385,9 @@ type Record[In, Out any] struct {
 	Seq atomic.Uint64
 	// deaths counts the lanes that died while the call was running on them.
 	deaths uint8
+	// began is, for a twin's call (a Map chunk) that was running when its lane died, 1 + how
+	// many of its elements had started; 0 where that is not known.
+	began uint16
 	// Hard is when the call overruns its task's HardTimeout (zero: none).
 	Hard  time.Time
 	owner atomic.Uint64 // the pool that issued the call
@@ -462,7 +500,7 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 	if r.owner.Load() != owner {
 		r.owner.Store(owner)
 	}
-	r.deaths = 0
+	r.deaths, r.began = 0, 0
 	r.refs.start(2, statePending)
 }
 
@@ -605,6 +643,10 @@ func (r *Record[In, Out]) StartIn(ctx context.Context, in In, owner uint64, b *B
 	r.batch = b
 	r.Start(ctx, in, owner)
 }
+
+// Began reports, for a twin's call that was running when its lane died, how many of its
+// elements had started; false where that is not known.
+func (r *Record[In, Out]) Began() (int, bool) { return int(r.began) - 1, r.began > 0 }
 
 // Done receives one token when the call settles; the caller takes it before Release.
 func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
@@ -917,6 +959,9 @@ type LaneEnd struct {
 	// Started is the sequence number of the last call the lane started (its running word);
 	// a call published with a higher one, or still in the backlog, provably never ran.
 	Started uint64
+	// Chunk is the lane's chunk word (fastpath.Region.Chunk) when it ended: how many of the
+	// elements of the Map chunk it was running had started.
+	Chunk uint64
 	// Release is false for a lane that may still be running (abandoned): its calls all fail
 	// and their records are never reused.
 	Release bool
@@ -984,6 +1029,11 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 			return
 		}
 		n++
+		if t.chunk != nil && started && e.Shared == nil && !e.Local {
+			if k, ok := fastpath.ChunkStarted(e.Chunk, seq); ok {
+				r.began = uint16(min(k, MaxChunk)) + 1
+			}
+		}
 		if e.Keep {
 			r.Fail(e.Err(started, false))
 			return

@@ -138,6 +138,7 @@ const (
 	sigAbort  = 256 // abort doorbell counter, bumped when an abort bit is set
 	sigBeat   = 320 // heartbeat counter, bumped by a lane process's runtime (not its tasks)
 	sigRun    = 384 // running word: the sequence number of the call the lane started last
+	sigChunk  = 392 // chunk word: how many elements of its running Map chunk the lane started (ChunkWord)
 	sigSince  = 448 // when the lane started the call it runs, if that call has a hard timeout
 	sigGate   = 512 // gate word: the last call of its own ring the lane started, or a fence (Gate)
 	sigBytes  = 576
@@ -346,6 +347,26 @@ func Started(word uint64) uint64 { return word >> 1 }
 // Busy decodes a running word: whether the lane is running calls (false: it looks for
 // work). A stealing pool's host rings no lane while one is awake and not busy.
 func Busy(word uint64) bool { return word&1 != 0 }
+
+// Chunk returns the lane's chunk word: ChunkWord(seq, started) of the Map chunk it runs
+// (actors.TwinSuffix). The host reads it after the lane has died, as the running word, to
+// tell the chunk's elements that had started from those that may run elsewhere.
+func (r *Region) Chunk() *atomic.Uint64 { return shm.U64(r.mem, r.parts[partSignals]+sigChunk) }
+
+// ChunkWord encodes a chunk word: the chunk's sequence number and how many of its elements
+// the lane started (at most 1<<chunkBits - 1).
+func ChunkWord(seq uint64, started int) uint64 { return seq<<chunkBits | uint64(started) }
+
+// ChunkStarted decodes a chunk word for the chunk published with sequence number seq: how
+// many of its elements had started, or false when the word is another chunk's.
+func ChunkStarted(word, seq uint64) (int, bool) {
+	if seq == 0 || word>>chunkBits != seq {
+		return 0, false
+	}
+	return int(word & (1<<chunkBits - 1)), true
+}
+
+const chunkBits = 13
 
 // AbortWake returns the counter a lane's abort watcher parks on.
 func (r *Region) AbortWake() *atomic.Uint32 { return r.sig(sigAbort) }
