@@ -36,10 +36,25 @@ const mapChunk = 32
 // closed pool, a task the pool does not serve, a nil or ended context) is returned as an
 // *Error, with a nil slice.
 //
-// The calls move in chunks of up to 32 elements, up to 1024 elements in flight: a chunk's
-// calls take their records together, go to one lane in one push and one wake-up, and Map
-// waits for the chunk as one (a task with a Timeout or HardTimeout gives each element a
-// context of its own, and its elements go one by one).
+// On goroutine lanes the calls move in chunks of up to 32 elements, up to 1024 elements in
+// flight: a chunk's calls take their records together, go to one lane in one push and one
+// wake-up, and Map waits for the chunk as one.
+//
+// On process and remote lanes a chunk of up to 128 elements is one call (of the task's
+// twin, named with the suffix " (Map chunk)", which Stats and metrics count as a task of its
+// own): the lane runs the elements one after the other and sends all their results back at
+// once. Each element still fails or succeeds alone, with its own *Error; an element the
+// lane did not start runs again by itself. What changes is what a lane's death costs: the
+// chunk's results return together, so when a lane dies running a chunk, the elements of it
+// that had started (finished or not) fail with WORKER_CRASHED, as the call the lane was
+// running would, and the rest run elsewhere; with Idempotent they all run again. (On a
+// remote lane, or a pool that steals, the elements that had started are not known, and the
+// whole chunk fails or, with Idempotent, runs again.) A result that would take a chunk's
+// answer over Payload.MaxCall fails PAYLOAD_TOO_LARGE, or runs again by itself with
+// Idempotent; a lane starts no element once its chunk's answer holds half the limit.
+//
+// A task with a Timeout or HardTimeout gives each element a context of its own, and its
+// elements go one by one.
 func (t *Task[In, Out]) Map(ctx context.Context, p *Pool, in []In) ([]Out, error) {
 	if _, cancel, err := t.prepare(ctx, p); err != nil {
 		t.rejected(p, err)
@@ -166,15 +181,17 @@ func (t *Task[In, Out]) mapTwins(ctx context.Context, p *Pool, in []In, out []Ou
 // f: each element's result (raw), or the call's error. Elements the lane did not run go to
 // alone. When the chunk's lane died running it, the elements that had started (began, -1
 // where not known: all) fail with its error, as calls the lane was running would, or run
-// again by themselves if the task is Idempotent; the others run by themselves.
+// again by themselves if the task is Idempotent; the others run by themselves. Any other
+// error (a lane that answered what cannot be decoded, too) fails every element: they may
+// have run.
 func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error, out []Out, f *failures, alone *[]int) {
 	if err != nil {
 		e := *asError(err, t.def.Name())
 		e.Task = t.def.Name()
 		failed := k
-		if e.Code == CodeWorkerCrashed {
+		if e.Code == CodeWorkerCrashed && e.Started { // the lane died running the chunk
 			switch {
-			case t.def.Options().Idempotent || !e.Started:
+			case t.def.Options().Idempotent:
 				failed = 0
 			case began >= 0:
 				failed = min(began, k)
@@ -199,8 +216,11 @@ func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error
 	}
 	i := first
 	for e, err := range entries {
-		if err != nil { // checked when the result was settled: only a broken invariant
-			panic(err)
+		if err != nil { // checked when the result settled (chunkOut.Decode): not seen
+			for ; i < first+k; i++ {
+				f.list = append(f.list, ElementError{Index: i, Err: brokeProtocol(-1, t.def, err)})
+			}
+			return
 		}
 		if err := t.element(e, &out[i]); err != nil {
 			f.list = append(f.list, ElementError{Index: i, Err: err})
