@@ -733,3 +733,50 @@ func TestEndedLaneWakeStateIsNotRead(t *testing.T) {
 		t.Fatalf("an ended lane: slowWake %v, polling %v; want true, false", slow, polling)
 	}
 }
+
+// A window of futures on a process lane overflows its 32 slots: the calls that wait in the
+// backlog move to the lane several to a slot (bundles), and each settles with its own result.
+func TestProcessWindowMovesInBundles(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet()}, mapSquare)
+	ctx := context.Background()
+	futures := make([]*knit.Future[int], 2000)
+	for i := range futures {
+		futures[i] = mapSquare.Go(ctx, p, i)
+	}
+	for i, f := range futures {
+		if v, err := f.Wait(); err != nil || v != i*i {
+			t.Fatalf("call %d: %d, %v", i, v, err)
+		}
+	}
+	if n := knit.Bundled(p, 0); n == 0 {
+		t.Error("no call went to the lane in a bundle")
+	} else {
+		t.Logf("%d of %d calls went in bundles", n, len(futures))
+	}
+}
+
+// A lane that dies in the middle of a bundle settles its calls one by one: the one it was
+// running fails (WORKER_CRASHED, started), every other runs, on the lane before it died or
+// elsewhere after.
+func TestProcessBundleCrashIsPrecise(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, mapCrash)
+	ctx := context.Background()
+	futures := make([]*knit.Future[int], 2000)
+	for i := range futures {
+		futures[i] = mapCrash.Go(ctx, p, 2000-i) // 13 comes late, when calls wait in bundles
+	}
+	for i, f := range futures {
+		x := 2000 - i
+		v, err := f.Wait()
+		var ke *knit.Error
+		switch {
+		case x == 13 && (!errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed || !ke.Started):
+			t.Errorf("call %d: %v, want a started WORKER_CRASHED", x, err)
+		case x != 13 && (err != nil || v != x*x):
+			t.Errorf("call %d: %d, %v", x, v, err)
+		}
+	}
+	if knit.Bundled(p, 0)+knit.Bundled(p, 1) == 0 {
+		t.Log("no bundle since the lanes restarted")
+	}
+}
