@@ -247,15 +247,3 @@ func ReadsOfAnEndedLane(p *Pool, idx int) (slowWake, polling bool) {
 	<-l.Ended()
 	return l.slowWake(), l.polling()
 }
-
-// Bundled is how many calls the current incarnation of lane idx of p took in bundles
-// (actors.Bundle).
-func Bundled(p *Pool, idx int) uint64 {
-	l := p.slots[idx].cur.Load()
-	if l == nil || l.ring == nil {
-		return 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ring.Bundled()
-}

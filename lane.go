@@ -181,7 +181,6 @@ func (l *lane) newRing() *actors.HostRing {
 	if l.reaper {
 		c.Aborts = l.Region().Aborts()
 		c.Room = l.roomFreed
-		c.Bundles = !l.p.caps.Networked // a process lane's Executor (a remote lane's is its forwarder)
 	}
 	if sh := l.p.shared; sh != nil {
 		c.Shared = sh.host

@@ -192,7 +192,8 @@ func (e *Executor) Run() error {
 	// A process lane has no other goroutine to let run while it spins.
 	spin := fastpath.Spinner{Budget: e.Spin, OS: !e.Local, Backoff: &e.backoff}
 	e.roomSpin = fastpath.Spinner{Budget: e.Spin, OS: true, Backoff: &e.backoff}
-	batch, inputs := make([]work, fastpath.Slots), make([][]byte, fastpath.Slots)
+	var batch [fastpath.Slots]work
+	var inputs [fastpath.Slots][]byte
 	wake.SetAwake()
 	running := e.Region.Running()
 	e.running, e.gate = running, e.Region.Gate()
@@ -259,15 +260,6 @@ func (e *Executor) Run() error {
 		var err error
 		for i := range req.Slots(pending) { // Take's loop, inlined on the hot path
 			s := req.Slot(i)
-			if n == len(batch) { // bundles took more calls than slots
-				batch, inputs = append(batch, work{}), append(inputs, nil)
-			}
-			if !e.Local && s.Flags()&Bundle != 0 {
-				if batch, inputs, n, err = e.takeBundle(req, i, batch, inputs, n); err != nil {
-					break
-				}
-				continue
-			}
 			// Field by field: a composite literal is built aside and copied.
 			w := &batch[n]
 			w.fn, w.id, w.gen, w.abort, w.seq, w.deadline = s.Fn(), s.Call(), s.Gen(), s.Abort(), s.Seq(), s.Deadline()
@@ -298,37 +290,6 @@ func (e *Executor) Run() error {
 		stamp.S(stamp.LaneRan)
 		e.flushLocal()
 	}
-}
-
-// takeBundle appends the calls of bundle slot i (Bundle) to batch and inputs from n on,
-// numbered from the slot's sequence number, and returns them and the new count. A bundle
-// that breaks the framing, or holds none or more than MaxBundle calls, is ErrCorrupt.
-func (e *Executor) takeBundle(req *fastpath.Consumer, i int, batch []work, inputs [][]byte, n int) ([]work, [][]byte, int, error) {
-	p, err := req.Payload(i)
-	if err != nil {
-		return batch, inputs, n, err
-	}
-	seq, calls := req.Slot(i).Seq(), 0
-	for len(p) > 0 {
-		if calls++; calls > MaxBundle {
-			return batch, inputs, n, fmt.Errorf("%w: a bundle of more than %d calls", fastpath.ErrCorrupt, MaxBundle)
-		}
-		if n == len(batch) {
-			batch, inputs = append(batch, work{}), append(inputs, nil)
-		}
-		var in []byte
-		if in, p, err = nextInBundle(p, &batch[n]); err != nil {
-			return batch, inputs, n, err
-		}
-		batch[n].seq = seq
-		inputs[n] = append(inputs[n][:0], in...)
-		seq++
-		n++
-	}
-	if calls == 0 {
-		return batch, inputs, n, fmt.Errorf("%w: an empty bundle", fastpath.ErrCorrupt)
-	}
-	return batch, inputs, n, nil
 }
 
 // OneAtATime is how many batches of a single call in a row show a lane that its caller

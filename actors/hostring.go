@@ -49,15 +49,6 @@ type LaneProducer struct {
 // Stage implements Producer.
 func (p *LaneProducer) Stage(slot int) uint64 { return p.stage(slot, p.Producer.Slot(slot)) }
 
-// stageN stages slot s, a bundle of n calls, numbered from the sequence number it returns.
-func (p *LaneProducer) stageN(slot int, s fastpath.Slot, n int) uint64 {
-	first := p.seq + 1
-	p.seq += uint64(n)
-	s.SetSeq(first)
-	p.Producer.Stage(slot)
-	return first
-}
-
 // stage is Stage for a caller that holds the slot already (s is slot).
 func (p *LaneProducer) stage(slot int, s fastpath.Slot) uint64 {
 	p.seq++
@@ -165,9 +156,6 @@ type RingConfig struct {
 	// each granted call, payload and all, to its claimant's own ring): payloads are not
 	// copied in.
 	HeadersOnly bool
-	// Bundles: a lane's own ring whose consumer is an Executor in another process, which
-	// takes calls of the backlog several to a slot (Bundle).
-	Bundles bool
 }
 
 // HostRing is the host end of a lane's rings: the producer of a submit ring, shared by every
@@ -213,9 +201,6 @@ type HostRing struct {
 
 	sharedOwner SharedOwner // owner, if it is one (a shared ring)
 	headersOnly bool
-	bundles     bool
-	bundle      []Call // the calls of the bundle being published
-	bundled     uint64 // calls published in bundles (Bundled)
 }
 
 // NewHostRing returns the host end of a ring.
@@ -227,7 +212,7 @@ func NewHostRing(c RingConfig) *HostRing {
 		backlog: make([]Call, max(c.Backlog, 1)), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
 		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared, room: c.Room,
-		sharedOwner: so, headersOnly: c.HeadersOnly, bundles: c.Bundles && lane != nil,
+		sharedOwner: so, headersOnly: c.HeadersOnly,
 	}
 }
 
@@ -576,18 +561,7 @@ func (r *HostRing) flushLocked() bool {
 		} else {
 			slot, ok = r.prod.Reserve()
 		}
-		if !ok {
-			break
-		}
-		if r.bundles && r.n > 1 {
-			k := r.publishBundle(slot)
-			if k == 0 {
-				break
-			}
-			moved += k
-			continue
-		}
-		if !r.publish(slot, &r.backlog[r.head]) {
+		if !ok || !r.publish(slot, &r.backlog[r.head]) {
 			break
 		}
 		r.backlog[r.head] = Call{}
@@ -607,77 +581,6 @@ func (r *HostRing) flushLocked() bool {
 	}
 	return moved > 0
 }
-
-// maxBundleBytes bounds a bundle's payload: a bundle must leave the arena to the slots
-// around it. A call larger than that goes in a slot of its own.
-const maxBundleBytes = 16 << 10
-
-// publishBundle publishes the calls at the head of the backlog (up to MaxBundle, up to the
-// first whose caller has gone, within maxBundleBytes) in the reserved slot, numbered one
-// after the other, and takes them off the backlog. It returns how many it published: none
-// when the arena has no room now (the slot is given back). Called with mu held, on a lane's
-// own ring, with two calls in the backlog at least.
-func (r *HostRing) publishBundle(slot int) int {
-	calls, size := r.bundle[:0], 0
-	for i := 0; i < r.n && len(calls) < MaxBundle; i++ {
-		c := &r.backlog[(r.head+i)%len(r.backlog)]
-		if c.Gone() || len(calls) > 0 && size+bundleHead+len(c.Payload) > maxBundleBytes {
-			break
-		}
-		calls, size = append(calls, *c), size+bundleHead+len(c.Payload)
-	}
-	r.bundle = calls
-	defer clear(calls)
-	switch len(calls) {
-	case 0: // not seen: the head's caller has not gone (flushLocked dropped it)
-		r.lane.Release(slot)
-		return 0
-	case 1:
-		if !r.publish(slot, &r.backlog[r.head]) { // it gave the slot back
-			return 0
-		}
-	default:
-		p := r.lane
-		buf, err := p.Put(slot, size)
-		for errors.Is(err, fastpath.ErrTooLarge) && len(calls) > 2 { // a small arena: fewer calls
-			calls = calls[:len(calls)/2]
-			size = bundleSize(calls)
-			buf, err = p.Put(slot, size)
-		}
-		if errors.Is(err, fastpath.ErrTooLarge) { // not even two fit: one call, as ever
-			if !r.publish(slot, &r.backlog[r.head]) { // it gave the slot back
-				return 0
-			}
-			calls = calls[:1]
-			break
-		}
-		if err != nil {
-			p.Release(slot)
-			return 0
-		}
-		putBundle(buf, calls)
-		s := p.Slot(slot)
-		s.SetFn(0)
-		s.SetCall(0, 0)
-		s.SetAbort(0)
-		s.SetDeadline(0)
-		s.SetFlags(Bundle)
-		seq := p.stageN(slot, s, len(calls))
-		for i := range calls {
-			calls[i].Seq.Store(seq + uint64(i))
-		}
-		r.bundled += uint64(len(calls))
-	}
-	for range calls {
-		r.backlog[r.head] = Call{}
-		r.head = (r.head + 1) % len(r.backlog)
-		r.n--
-	}
-	return len(calls)
-}
-
-// Bundled is how many calls the ring has published in bundles. Called with mu held.
-func (r *HostRing) Bundled() uint64 { return r.bundled }
 
 // Gone reports whether the call's caller has given up on it.
 func (c *Call) Gone() bool {
