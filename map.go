@@ -30,7 +30,8 @@ const mapChunk = 32
 // all the same (the others hold Out's zero value, or a TimeoutDefault).
 //
 // Each element is a call of its own: the task's Timeout, HardTimeout and Idempotent apply
-// to it, and a lane's death settles each call it held by the rules Call follows. When ctx
+// to it, and a lane's death settles each call it held by the rules Call follows (on process
+// and remote lanes with the one difference a chunk makes, below). When ctx
 // ends, the elements not started yet fail with its error (TIMEOUT or CANCELED) and those
 // in flight settle as a Call's would. An error that concerns the whole Map (a nil or
 // closed pool, a task the pool does not serve, a nil or ended context) is returned as an
