@@ -157,8 +157,10 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	for _, t := range tasks {
 		d := t.actorsDef()
 		serve = append(serve, d)
-		if tw, ok := d.(interface{ Twin() actors.Def }); ok && p.caps.Remote && tw.Twin() != nil {
-			serve = append(serve, tw.Twin()) // Map's chunks (actors.TwinSuffix)
+		if t, ok := d.(interface{ Twin() actors.Def }); ok && p.caps.Remote {
+			if tw := t.Twin(); tw != nil {
+				serve = append(serve, tw) // Map's chunks (actors.TwinSuffix)
+			}
 		}
 	}
 	for _, d := range serve {

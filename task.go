@@ -3,6 +3,7 @@ package knit
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/knitgo/knit/actors"
@@ -98,9 +99,10 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 		panic(fmt.Sprintf("knit: task %q: %v", name, err))
 	}
 	d := actors.Define(name, fn, o)
-	return &Task[In, Out]{def: d, twin: func() twinCaller[In] {
+	// The twin is made on first use, once: a Map would otherwise take the registry's lock.
+	return &Task[In, Out]{def: d, twin: sync.OnceValue(func() twinCaller[In] {
 		return &Task[[]In, []byte]{def: d.Twin().(*actors.Task[[]In, []byte])}
-	}}
+	})}
 }
 
 // checkOptions refuses task options that cannot mean anything: a negative Timeout or

@@ -24,10 +24,6 @@ const TwinSuffix = " (Map chunk)"
 // fastpath.ChunkWord counts up to it).
 const MaxChunk = 1 << 12
 
-// Entry outcomes of a chunk's result beside the Outcome values a call can end with: Stale
-// marks an element the lane did not run (the chunk's context ended first, or its result had
-// no room left), which the host may run by itself.
-
 // chunkIn is the twin's input codec: a count, then each element's encoding with its length.
 type chunkIn[In any] struct{ elem Codec[In] }
 
@@ -154,7 +150,7 @@ func chunkElements(b []byte, n int, results bool) iter.Seq2[ChunkEntry, error] {
 	}
 }
 
-// twinOf makes t's twin, registered by Define right after t.
+// twinOf makes t's twin (twinMaker gives it the index Define reserved after t's).
 func twinOf[In, Out any](t *Task[In, Out]) *Task[[]In, []byte] {
 	name := t.name + TwinSuffix
 	// Not Idempotent: a chunk that was running when its lane died is never run again as a

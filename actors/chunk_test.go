@@ -123,8 +123,8 @@ func TestChunkFramingErrors(t *testing.T) {
 // FuzzChunkResult feeds a host hostile chunk results: the decoder never panics, and a result
 // it accepts yields exactly its count of entries.
 func FuzzChunkResult(f *testing.F) {
-	tw := Define("test.chunk.fuzz", func(_ context.Context, x int64) (int64, error) { return x, nil }, Options{}).Twin().(*Task[[]int64, []byte])
-	in, _ := tw.InCodec.Append(nil, []int64{1, 2, 3})
+	tw := chunkTwin(f)
+	in, _ := tw.InCodec.Append(nil, []int64{1, -2, 666})
 	good, _, _ := tw.RunChunk(context.Background(), in, nil, 1<<20, false, func(int) {})
 	f.Add(good)
 	f.Add([]byte{1, 0, 0, 0, 9, 0, 0, 0, 0})

@@ -335,15 +335,13 @@ func (e *Executor) run(w work, input []byte, claimed bool) error {
 	// One store before each call of the lane's own ring: if the lane dies, the host knows
 	// which calls had started and which it may run elsewhere. (A call from the shared ring
 	// is journaled there instead.)
+	e.chunkSeq = 0 // a claimed call's chunk is not marked: it is journaled on the shared ring
 	switch {
 	case !claimed:
 		e.last, e.chunkSeq = w.seq, w.seq
 		e.running.Store(fastpath.RunningWord(w.seq, true))
 	case !e.busy:
 		e.running.Store(fastpath.RunningWord(e.last, true))
-		e.chunkSeq = 0 // a claimed call is journaled on the shared ring
-	default:
-		e.chunkSeq = 0
 	}
 	e.busy = true
 	var out []byte
