@@ -39,11 +39,16 @@ func TestChaosDefaultConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deaths atomic.Int64
+	died := make(chan struct{}, 1)
 	p, err := knit.NewPool(knit.Config{Lanes: 4, Runtime: knit.Process, Logger: zap.NewNop(),
 		Process: knit.ProcessConfig{Env: []string{envRuns + "=" + path}},
 		OnEvent: func(e knit.Event) {
 			if e.Lane >= 0 && (e.To == knit.StateCrashed || e.To == knit.StateExited) {
 				deaths.Add(1)
+				select {
+				case died <- struct{}{}:
+				default:
+				}
 			}
 		}}, chaosOnce, chaosIdem)
 	if err != nil {
@@ -114,7 +119,17 @@ func TestChaosDefaultConfig(t *testing.T) {
 		})
 	}
 	after.Wait()
-	// Every death has been reported by now (a call fails before its lane's end is an event).
+	// A call fails before its lane's end is an event, and the last lane a chaos call killed
+	// may not have reported its end yet: wait for the events (each failed call is a death),
+	// and judge the count that arrived when the wait gives up.
+	for giveUp := time.After(time.Minute); deaths.Load() < failedOnce.Load(); {
+		select {
+		case <-died:
+			continue
+		case <-giveUp:
+		}
+		break
+	}
 	n := deaths.Load()
 	t.Logf("%d calls, %d lane deaths, %d non-idempotent calls failed", calls, n, failedOnce.Load())
 	if n == 0 {
