@@ -48,9 +48,9 @@ const mapChunk = 32
 // lane did not start runs again by itself. What changes is what a lane's death costs: the
 // chunk's results return together, so when a lane dies running a chunk, the elements of it
 // that had started (finished or not) fail with WORKER_CRASHED, as the call the lane was
-// running would, and the rest run elsewhere; with Idempotent they all run again. (On a
-// remote lane, or a pool that steals, the elements that had started are not known, and the
-// whole chunk fails or, with Idempotent, runs again.) A result that would take a chunk's
+// running would, and the rest run elsewhere; with Idempotent they all run again. (When a
+// remote lane's node is lost, or a lane of a pool that steals dies, the elements that had
+// started are not known, and the whole chunk fails or, with Idempotent, runs again.) A result that would take a chunk's
 // answer over Payload.MaxCall fails PAYLOAD_TOO_LARGE, or runs again by itself with
 // Idempotent; a lane starts no element once its chunk's answer holds half the limit.
 //

@@ -202,12 +202,20 @@ func TestMapChunksOnProcessLanes(t *testing.T) {
 // after the one that crashed the lane fails. An Idempotent task's elements all run again,
 // and only the one that crashes every lane fails.
 func TestMapChunkLaneCrashIsPrecise(t *testing.T) {
+	mapCrashIsPrecise(t, func(task *knit.Task[int, int]) *knit.Pool {
+		return newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, task)
+	})
+}
+
+// mapCrashIsPrecise is TestMapChunkLaneCrashIsPrecise on the pools newPool makes.
+func mapCrashIsPrecise(t *testing.T, newPool func(*knit.Task[int, int]) *knit.Pool) {
+	t.Helper()
 	in := make([]int, 200)
 	for i := range in {
 		in[i] = i
 	}
 	for _, task := range []*knit.Task[int, int]{mapCrash, mapCrashIdempotent} {
-		p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, task)
+		p := newPool(task)
 		out, err := task.Map(context.Background(), p, in)
 		var me *knit.MapError
 		if !errors.As(err, &me) {

@@ -311,6 +311,7 @@ type nodeLane struct {
 	done     uint64             // the highest host sequence number it answered
 	started  uint64             // at its end: the highest one it had started
 	busy     bool               // at its end: a call was running
+	began    int                // at its end: of that call, if a Map chunk, the elements started; else -1
 	reported chan struct{}
 }
 
@@ -481,12 +482,13 @@ func (nl *nodeLane) result(seq uint64, o actors.Outcome, ran uint64, payload []b
 	nl.out.Result(&remote.Result{Seq: seq, Outcome: uint32(o), Ran: ran, Payload: payload})
 }
 
-// lost notes a call the lane held when it ended.
-func (nl *nodeLane) lost(seq uint64, started bool) {
+// lost notes a call the lane held when it ended; began is, for a Map chunk it had started,
+// how many of its elements had (-1: not known, or not a chunk).
+func (nl *nodeLane) lost(seq uint64, started bool, began int) {
 	nl.mu.Lock()
 	delete(nl.bySeq, seq)
-	if started {
-		nl.started, nl.busy = max(nl.started, seq), true
+	if started && seq >= nl.started {
+		nl.started, nl.busy, nl.began = seq, true, began
 	}
 	nl.mu.Unlock()
 }
@@ -499,7 +501,10 @@ func (nl *nodeLane) watch() {
 	e, normal := nl.l.Outcome()
 	nl.mu.Lock()
 	end := remote.Ended{Code: string(e.Code), Message: e.Message, Normal: normal,
-		Started: max(nl.started, nl.done), Busy: nl.busy}
+		Started: max(nl.started, nl.done), Busy: nl.busy, Began: -1}
+	if nl.busy && nl.started > nl.done {
+		end.Began = nl.began
+	}
 	nl.mu.Unlock()
 	var rep *lifecycle.LaneReport
 	if errors.As(e.Cause, &rep) {
@@ -621,7 +626,11 @@ func (d *rawDef) FailLane(e actors.LaneEnd) int {
 		seq := r.seq.Load()
 		nl, hostSeq := r.owner, r.hostSeq
 		d.release(r)
-		nl.lost(hostSeq, seq != 0 && seq <= e.Started)
+		began, ok := fastpath.ChunkStarted(e.Chunk, seq)
+		if !ok {
+			began = -1
+		}
+		nl.lost(hostSeq, seq != 0 && seq <= e.Started, began)
 	}
 	return len(held)
 }

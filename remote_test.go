@@ -1015,6 +1015,16 @@ var remoteHang = knit.Define("test.remote.hang", func(context.Context, int) (int
 // cancelled on its node (the lane is free again), a hard timeout kills the lane on its node
 // (WORKER_CRASHED) and it restarts, recycles (MaxCallsPerLane) lose no call, and Resize adds
 // and removes lanes.
+// TestRemoteMapChunkLaneCrash: when a node's lane process dies running a Map chunk, the
+// node reports how many of the chunk's elements had started (Ended.Began), and only those
+// fail; the rest run again, as on a pool's own process lanes.
+func TestRemoteMapChunkLaneCrash(t *testing.T) {
+	nodes := startNodes(t, 1)
+	mapCrashIsPrecise(t, func(task *knit.Task[int, int]) *knit.Pool {
+		return remotePool(t, knit.Config{Lanes: 2}, nodes, task)
+	})
+}
+
 func TestRemoteLaneLife(t *testing.T) {
 	nodes := startNodes(t, 2)
 	rec := newRecorder()

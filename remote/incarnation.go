@@ -311,6 +311,7 @@ type end struct {
 	normal  bool
 	started uint64
 	busy    bool
+	chunk   uint64 // the chunk word of the busy call, if a Map chunk (fastpath.ChunkWord); 0: none
 }
 
 // run is the forwarder.
@@ -559,6 +560,9 @@ func (c *incarnation) broke(what string) *end {
 // ended is the lane's end as its node reports it.
 func (c *incarnation) ended(r Ended, hardWhy string) *end {
 	e := &end{err: &lifecycle.Error{Lane: c.idx}, normal: r.Normal, started: min(r.Started, c.lastSent), busy: r.Busy}
+	if r.Busy && r.Began >= 0 && r.Started <= c.lastSent {
+		e.chunk = fastpath.ChunkWord(r.Started, r.Began)
+	}
 	code := lifecycle.Code(r.Code)
 	switch code {
 	case lifecycle.CodeThreadClosed, lifecycle.CodeWorkerCrashed, lifecycle.CodeWorkerExited, lifecycle.CodeWorkerUnresponsive,
@@ -784,6 +788,7 @@ func (c *incarnation) finish(e *end) {
 		e.normal = false
 	}
 	c.region.Running().Store(fastpath.RunningWord(e.started, e.busy))
+	c.region.Chunk().Store(e.chunk) // what the node's lane process left, as a process lane's own
 	if c.session != (Session{}) {
 		c.n.forget(c)
 	}

@@ -23,7 +23,7 @@ import (
 
 // Version is the wire protocol's version: host and node refuse each other's frames when it
 // differs.
-const Version = 1
+const Version = 2 // 2: Ended carries Began
 
 // Kind is what a frame carries.
 type Kind uint8
@@ -71,6 +71,7 @@ const (
 	maxText     = 16 << 10 // a message, a stack or stderr line
 	maxLines    = 64       // stack and stderr lines in an Ended frame
 	maxTasks    = 1 << 14
+	maxBegan    = 1 << 12 // elements of a Map chunk (actors.MaxChunk; wire_test checks)
 )
 
 // ErrFrame is the error of a frame that does not decode.
@@ -449,8 +450,11 @@ type Ended struct {
 	// up to it had; none after it), and Busy whether that one was still running.
 	Started uint64
 	Busy    bool
-	Stack   []string // the lane process's own account of its crash (lifecycle.LaneReport)
-	Tail    []string
+	// Began is, when the call at Started was a Map chunk still running (Busy), how many of
+	// its elements the lane had started (fastpath.ChunkWord); -1 when not known.
+	Began int
+	Stack []string // the lane process's own account of its crash (lifecycle.LaneReport)
+	Tail  []string
 }
 
 // AppendEnded appends an Ended frame's body.
@@ -460,6 +464,7 @@ func AppendEnded(dst []byte, e *Ended) []byte {
 	dst = appendBool(dst, e.Normal)
 	dst = binary.AppendUvarint(dst, e.Started)
 	dst = appendBool(dst, e.Busy)
+	dst = binary.AppendUvarint(dst, uint64(max(e.Began, -1)+1)) // 0: not known
 	for _, lines := range [...][]string{e.Stack, e.Tail} {
 		lines = lines[:min(len(lines), maxLines)]
 		dst = binary.AppendUvarint(dst, uint64(len(lines)))
@@ -481,6 +486,11 @@ func (f Frame) Ended() (Ended, error) {
 	e.Normal = d.byte1() != 0
 	e.Started = d.uv()
 	e.Busy = d.byte1() != 0
+	if b := d.uv(); b > maxBegan+1 {
+		d.fail("%d elements begun", b-1)
+	} else {
+		e.Began = int(b) - 1
+	}
 	for _, lines := range [...]*[]string{&e.Stack, &e.Tail} {
 		n := d.uv()
 		if n > maxLines {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/knitgo/knit/actors"
 )
 
 func TestWireRoundTrip(t *testing.T) {
@@ -78,11 +80,21 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Errorf("stop: %v %q %v", kill, reason, err)
 	}
 
-	end := Ended{Code: "WORKER_CRASHED", Message: "killed by signal SIGSEGV", Started: 77, Busy: true,
-		Stack: []string{"panic: x", "main.f"}, Tail: []string{"line"}}
-	gotEnd, err := parse(AppendEnded(h(KindEnded), &end), KindEnded).Ended()
-	if err != nil || !reflect.DeepEqual(gotEnd, end) {
-		t.Errorf("ended: %+v, %v", gotEnd, err)
+	for _, end := range []Ended{
+		{Code: "WORKER_CRASHED", Message: "killed by signal SIGSEGV", Started: 77, Busy: true, Began: 14,
+			Stack: []string{"panic: x", "main.f"}, Tail: []string{"line"}},
+		{Code: "WORKER_EXITED", Normal: true, Started: 3, Began: -1},
+	} {
+		gotEnd, err := parse(AppendEnded(h(KindEnded), &end), KindEnded).Ended()
+		if err != nil || !reflect.DeepEqual(gotEnd, end) {
+			t.Errorf("ended: %+v, %v", gotEnd, err)
+		}
+	}
+	if _, err := parse(AppendEnded(h(KindEnded), &Ended{Began: maxBegan + 1}), KindEnded).Ended(); err == nil {
+		t.Errorf("an Ended frame with %d elements of a chunk begun decoded", maxBegan+1)
+	}
+	if maxBegan != actors.MaxChunk {
+		t.Errorf("maxBegan is %d, a chunk holds up to %d elements", maxBegan, actors.MaxChunk)
 	}
 
 	nonce, reply, actor, err := parse(AppendPing(h(KindPing), 3, "h:1", "knit-host-1"), KindPing).Ping()
