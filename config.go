@@ -191,7 +191,8 @@ type Config struct {
 	// never), goroutine and process lanes alike: its replacement boots while it serves on
 	// (a process lane's from a spare), takes its place once ready, and then the recycled
 	// incarnation finishes the calls it holds and stops. It is a trigger, not a cap: a lane
-	// takes the calls that reach it while its replacement boots. docs/lifecycle.md.
+	// takes the calls that reach it while its replacement boots. Each element of a Map
+	// counts as a call, on every runtime. docs/lifecycle.md.
 	MaxCallsPerLane int
 	// Steal has idle lanes take calls waiting for a busy one: from a shared submit ring
 	// (StealTicket, StealDekker), or from one another's queues (StealLocal, goroutine lanes),

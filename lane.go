@@ -177,7 +177,8 @@ func (l *lane) debugRegion(kind string) {
 func (l *lane) newRing() *actors.HostRing {
 	c := actors.RingConfig{Mu: &l.mu, Owner: l, Submit: &actors.LaneProducer{Producer: l.Region().Requests().Producer()},
 		Key: l.key, Backlog: l.p.cfg.Backlog, BlockWhenFull: l.p.cfg.BlockWhenFull,
-		Returns: l.Region().Returns().Consumer(), Tasks: l.p.byIndex, Settle: l, Remote: l.reaper}
+		Returns: l.Region().Returns().Consumer(), Tasks: l.p.byIndex, Settle: l, Remote: l.reaper,
+		CountChunks: l.p.cfg.MaxCallsPerLane > 0}
 	if l.reaper {
 		c.Aborts = l.Region().Aborts()
 		c.Room = l.roomFreed
@@ -216,10 +217,10 @@ func (l *lane) Admit() error {
 
 // Accept implements actors.RingOwner: it counts a call as held by this lane before it is
 // published, so a lane that ends finds every call it held.
-func (l *lane) Accept() {
+func (l *lane) Accept(calls int) {
 	l.inflight.Add(1)
 	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
-		l.countCall(max)
+		l.countCalls(max, calls)
 	}
 }
 
@@ -268,7 +269,7 @@ func (l *lane) submitLocal(lane *atomic.Int32, c actors.LocalCall) error {
 	n := l.inflight.Add(1)
 	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
 		l.mu.Lock()
-		l.countCall(max)
+		l.countCalls(max, 1)
 		l.mu.Unlock()
 	}
 	if n > l.local.Cap() {
@@ -301,9 +302,7 @@ func (l *lane) submitLocalBatch(batch []actors.LocalCall) (pushed bool, err erro
 	n := l.inflight.Add(k)
 	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
 		l.mu.Lock()
-		for range batch {
-			l.countCall(max)
-		}
+		l.countCalls(max, len(batch))
 		l.mu.Unlock()
 	}
 	if n > l.local.Cap() {
@@ -381,7 +380,11 @@ func (l *lane) SettleResult(r actors.Result) error {
 		sh.settled()
 		if max := l.p.cfg.MaxCallsPerLane; max > 0 {
 			l.mu.Lock()
-			l.countCall(max)
+			n := 1
+			if r.Outcome == actors.OK { // an error's payload holds no count
+				n = actors.Calls(r.Def, r.Payload)
+			}
+			l.countCalls(max, n)
 			l.mu.Unlock()
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/knitgo/knit"
 )
@@ -194,6 +195,30 @@ func TestMapChunksOnProcessLanes(t *testing.T) {
 	}
 	if calls == 0 || calls > uint64(len(in))/32 {
 		t.Errorf("the lanes ran %d calls for a Map of %d elements, want a few chunks", calls, len(in))
+	}
+}
+
+// MaxCallsPerLane counts a Map chunk's elements, not the one call of the task's twin that
+// carries them: a Map of 1,000 elements (8 chunks) recycles a lane that may take 500 calls.
+func TestMapChunkCountsForRecycling(t *testing.T) {
+	recycled := make(chan knit.Event, 1)
+	p := newProcessPool(t, knit.Config{Lanes: 1, MaxCallsPerLane: 500, Logger: quiet(), OnEvent: func(e knit.Event) {
+		if e.To == knit.StateRecycling {
+			select {
+			case recycled <- e:
+			default:
+			}
+		}
+	}}, mapSquare)
+	in := make([]int, 1000)
+	if _, err := mapSquare.Map(context.Background(), p, in); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-recycled:
+		t.Logf("recycled: %s", e.Reason)
+	case <-time.After(time.Minute): // the request was made before Map returned: a bound, not a wait
+		t.Fatalf("no recycle after a Map of %d elements, MaxCallsPerLane 500: %+v", len(in), p.Stats().Tasks)
 	}
 }
 

@@ -18,11 +18,12 @@ import (
 // retiring lane or, if the stop protocol has to cut it short (Close, or Resize's context),
 // settled like the calls of any stopped lane (those that had not started run elsewhere).
 
-// countCall counts a call the lane took and asks for a recycle at every MaxCallsPerLane-th
-// (a replacement that could not boot is tried again max calls later). Called with mu held.
-func (l *lane) countCall(max int) {
-	l.calls++
-	if l.calls%max == 0 && l.p.tree != nil && !l.p.closing.Load() { // Close replaces nothing
+// countCalls counts n calls the lane took (a Map chunk's elements count one by one) and asks
+// for a recycle each time the count reaches or passes a multiple of MaxCallsPerLane (a
+// replacement that could not boot is tried again max calls later). Called with mu held.
+func (l *lane) countCalls(max, n int) {
+	l.calls += n
+	if l.calls/max > (l.calls-n)/max && l.p.tree != nil && !l.p.closing.Load() { // Close replaces nothing
 		l.p.tree.Recycle(l.Idx, l.Inc, fmt.Sprintf("MaxCallsPerLane: %d calls taken (limit %d)", l.calls, max))
 	}
 }

@@ -398,7 +398,7 @@ func (s *shared) Admit() error {
 }
 
 // Accept implements actors.RingOwner: submit has counted the call.
-func (s *shared) Accept() {}
+func (s *shared) Accept(int) {}
 
 // Published implements actors.RingOwner.
 func (s *shared) Published() { s.wake() }

@@ -98,6 +98,18 @@ func ChunkCount(b []byte) (int, error) {
 	return int(n), nil
 }
 
+// Calls is how many calls a call of d with payload (its input, or its result) stands for:
+// a twin's, the elements of its chunk (at least 1); any other, 1. Payloads with no count
+// (a goroutine lane's, an error's) count 1.
+func Calls(d Def, payload []byte) int {
+	if t, ok := d.(interface{ isTwin() bool }); !ok || !t.isTwin() || len(payload) < 4 {
+		return 1
+	}
+	return max(1, min(int(binary.LittleEndian.Uint32(payload)), MaxChunk))
+}
+
+func (t *Task[In, Out]) isTwin() bool { return t.chunk != nil }
+
 // ChunkEntry is one element of a chunk: its outcome (results only) and payload.
 type ChunkEntry struct {
 	Outcome Outcome

@@ -64,8 +64,9 @@ type RingOwner interface {
 	// the error Submit returns.
 	Admit() error
 	// Accept counts a call as held by the owner: with the mutex held, before the call is
-	// published, so that whoever settles it finds it counted.
-	Accept()
+	// published, so that whoever settles it finds it counted. calls is how many calls it
+	// stands for: a Map chunk's elements if RingConfig.CountChunks is set, else 1.
+	Accept(calls int)
 	// Published wakes the ring's consumers: calls were published. The mutex is not held.
 	Published()
 	// AbortRaised wakes the abort watchers of every lane that may run a call whose abort bit
@@ -146,6 +147,8 @@ type RingConfig struct {
 	Settle  Settler
 	// Remote: the lane is another process; see Drain.
 	Remote bool
+	// CountChunks has Accept count a Map chunk as its elements (Calls), not as one call.
+	CountChunks bool
 	// Shared is the pool's shared ring, whose calls the lane may answer on its return ring
 	// (SharedResult), freeing its slots (nil: the pool does not steal).
 	Shared *HostRing
@@ -176,6 +179,7 @@ type HostRing struct {
 	lane    *LaneProducer // prod, when it is one: called directly, on every call's path
 	key     int32
 	block   bool
+	chunks  bool   // Accept counts a Map chunk's elements (RingConfig.CountChunks)
 	backlog []Call // FIFO ring of calls beyond the 32 slots
 	head, n int
 	space   chan struct{} // closed when the backlog frees room (BlockWhenFull)
@@ -208,12 +212,20 @@ func NewHostRing(c RingConfig) *HostRing {
 	lane, _ := c.Submit.(*LaneProducer)
 	so, _ := c.Owner.(SharedOwner)
 	return &HostRing{
-		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull,
+		mu: c.Mu, owner: c.Owner, prod: c.Submit, lane: lane, key: c.Key, block: c.BlockWhenFull, chunks: c.CountChunks,
 		backlog: make([]Call, max(c.Backlog, 1)), space: make(chan struct{}),
 		aborts: c.Aborts, abortBase: c.AbortBase, bits: newAbortBits(c.Aborts.Len()),
 		ret: c.Returns, tasks: c.Tasks, settle: c.Settle, remote: c.Remote, shared: c.Shared, room: c.Room,
 		sharedOwner: so, headersOnly: c.HeadersOnly,
 	}
+}
+
+// calls is what Accept counts for c.
+func (r *HostRing) calls(c *Call) int {
+	if !r.chunks {
+		return 1
+	}
+	return Calls(c.Def, c.Payload)
 }
 
 // BacklogFull is Submit's error when the backlog is full. Space is closed when it has room
@@ -249,7 +261,7 @@ func (r *HostRing) Submit(c *Call) (queued bool, err error) {
 	if r.aborts.Len() > 0 {
 		r.allocAbort(c)
 	}
-	r.owner.Accept()
+	r.owner.Accept(r.calls(c))
 	if r.n == 0 {
 		var slot int
 		var ok bool
@@ -327,7 +339,7 @@ func (r *HostRing) SubmitBatch(calls []Call) (taken int, err error) {
 		if r.aborts.Len() > 0 {
 			r.allocAbort(c)
 		}
-		r.owner.Accept()
+		r.owner.Accept(r.calls(c))
 		taken++
 		if r.n == 0 {
 			var slot int

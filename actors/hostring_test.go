@@ -28,7 +28,7 @@ type ringOwner struct {
 }
 
 func (o *ringOwner) Admit() error  { return o.admit }
-func (o *ringOwner) Accept()       { o.accepted++ }
+func (o *ringOwner) Accept(int)    { o.accepted++ }
 func (o *ringOwner) Published()    { o.published++ }
 func (o *ringOwner) AbortRaised()  { o.raised++ }
 func (o *ringOwner) Dropped(n int) { o.dropped += n }
