@@ -42,6 +42,9 @@ func TestTwinRunsEachElement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c, c1 := Calls(tw, in), Calls(chunkDouble, in); c != 4 || c1 != 1 || Calls(tw, in[:3]) != 1 {
+		t.Errorf("Calls: twin %d, task %d, a short payload %d; want 4, 1, 1", c, c1, Calls(tw, in[:3]))
+	}
 	var marks []int
 	out, o, ok := tw.RunChunk(context.Background(), in, nil, 1<<20, false, func(n int) { marks = append(marks, n) })
 	if !ok || o != OK {
