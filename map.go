@@ -135,8 +135,13 @@ func (t *Task[In, Out]) mapEach(ctx context.Context, p *Pool, in []In, out []Out
 // its instantiation cannot recur).
 type twinCaller[In any] interface {
 	start(ctx context.Context, p *Pool, i int, in []In, c *mapCall[[]In, []byte]) error
-	awaitBegan(c *mapCall[[]In, []byte]) ([]byte, int, error)
+	awaitBegan(c *mapCall[[]In, []byte]) ([]byte, chunkEnd, error)
 }
+
+// chunkEnd is what Map learns of a twin's call beyond its result: the index of the lane
+// that answered it (-1: none did), and, if its lane died running it, how many of its
+// elements had started (-1: not known).
+type chunkEnd struct{ lane, began int }
 
 // twinChunk is how many elements of a Map one call of the task's twin carries to a lane in
 // another process (actors.TwinSuffix): 8 such calls make a Map's window.
@@ -167,8 +172,8 @@ func (t *Task[In, Out]) mapTwins(ctx context.Context, p *Pool, in []In, out []Ou
 		}
 		c := &calls[head]
 		first, k := c.i, len(c.r.In)
-		raw, began, err := tw.awaitBegan(c)
-		t.chunkDone(first, k, raw, began, err, out, f, &alone)
+		raw, end, err := tw.awaitBegan(c)
+		t.chunkDone(first, k, raw, end, err, out, f, &alone)
 		*c = mapCall[[]In, []byte]{}
 		head = (head + 1) % len(calls)
 		n--
@@ -180,12 +185,12 @@ func (t *Task[In, Out]) mapTwins(ctx context.Context, p *Pool, in []In, out []Ou
 
 // chunkDone takes the outcome of a twin's call for elements first to first+k-1 into out and
 // f: each element's result (raw), or the call's error. Elements the lane did not run go to
-// alone. When the chunk's lane died running it, the elements that had started (began, -1
-// where not known: all) fail with its error, as calls the lane was running would, or run
+// alone. When the chunk's lane died running it, the elements that had started (end.began,
+// -1 where not known: all) fail with its error, as calls the lane was running would, or run
 // again by themselves if the task is Idempotent; the others run by themselves. Any other
 // error (a lane that answered what cannot be decoded, too) fails every element: they may
 // have run.
-func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error, out []Out, f *failures, alone *[]int) {
+func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, end chunkEnd, err error, out []Out, f *failures, alone *[]int) {
 	if err != nil {
 		e := *asError(err, t.def.Name())
 		e.Task = t.def.Name()
@@ -194,8 +199,8 @@ func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error
 			switch {
 			case t.def.Options().Idempotent:
 				failed = 0
-			case began >= 0:
-				failed = min(began, k)
+			case end.began >= 0:
+				failed = min(end.began, k)
 			}
 		}
 		for i := range k {
@@ -209,7 +214,7 @@ func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error
 	}
 	n, entries := actors.ChunkResults(raw)
 	if n != k {
-		err := brokeProtocol(-1, t.def, fmt.Errorf("a chunk of %d elements answered with %d", k, n))
+		err := brokeProtocol(end.lane, t.def, fmt.Errorf("a chunk of %d elements answered with %d", k, n))
 		for i := range k {
 			f.list = append(f.list, ElementError{Index: first + i, Err: err})
 		}
@@ -219,11 +224,11 @@ func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error
 	for e, err := range entries {
 		if err != nil { // checked when the result settled (chunkOut.Decode): not seen
 			for ; i < first+k; i++ {
-				f.list = append(f.list, ElementError{Index: i, Err: brokeProtocol(-1, t.def, err)})
+				f.list = append(f.list, ElementError{Index: i, Err: brokeProtocol(end.lane, t.def, err)})
 			}
 			return
 		}
-		if err := t.element(e, &out[i]); err != nil {
+		if err := t.element(e, &out[i], end.lane); err != nil {
 			f.list = append(f.list, ElementError{Index: i, Err: err})
 		} else if e.Outcome == actors.Stale {
 			*alone = append(*alone, i)
@@ -232,13 +237,14 @@ func (t *Task[In, Out]) chunkDone(first, k int, raw []byte, began int, err error
 	}
 }
 
-// element decodes one entry of a chunk's result into v, or returns its error.
-func (t *Task[In, Out]) element(e actors.ChunkEntry, v *Out) *Error {
+// element decodes one entry of a chunk's result, which lane answered, into v, or returns
+// its error.
+func (t *Task[In, Out]) element(e actors.ChunkEntry, v *Out, lane int) *Error {
 	switch e.Outcome {
 	case actors.OK:
 		var err error
 		if *v, err = t.def.OutCdc.Decode(e.Payload()); err != nil {
-			return brokeProtocol(-1, t.def, err)
+			return brokeProtocol(lane, t.def, err)
 		}
 		return nil
 	case actors.Stale:
@@ -246,12 +252,12 @@ func (t *Task[In, Out]) element(e actors.ChunkEntry, v *Out) *Error {
 	}
 	we, err := actors.DecodeWireError(e.Payload())
 	if err != nil {
-		return brokeProtocol(-1, t.def, err)
+		return brokeProtocol(lane, t.def, err)
 	}
-	if err := wrapOutcome(-1, t.def, e.Outcome, we); err != nil {
+	if err := wrapOutcome(lane, t.def, e.Outcome, we); err != nil {
 		return asError(err, t.def.Name())
 	}
-	return brokeProtocol(-1, t.def, fmt.Errorf("element outcome %v", e.Outcome))
+	return brokeProtocol(lane, t.def, fmt.Errorf("element outcome %v", e.Outcome))
 }
 
 // chunk is a chunk of a Map's calls in flight: elements first to first+len(recs)-1.
@@ -572,9 +578,9 @@ func (t *Task[In, Out]) await(c *mapCall[In, Out]) (Out, error) {
 	return v, err
 }
 
-// awaitBegan is await for a twin's call: it also reports how many of the chunk's elements
-// had started if its lane died running it, else -1 (actors.Record.Began).
-func (t *Task[In, Out]) awaitBegan(c *mapCall[In, Out]) (Out, int, error) {
+// awaitBegan is await for a twin's call: it also reports which lane answered it and how
+// many of the chunk's elements had started if its lane died running it (chunkEnd).
+func (t *Task[In, Out]) awaitBegan(c *mapCall[In, Out]) (Out, chunkEnd, error) {
 	p, r, l := c.p, c.r, c.home
 	if r.Pending() && (l != nil || p.cfg.CallerSpin > 0) {
 		p.help(r)
@@ -599,13 +605,15 @@ func (t *Task[In, Out]) awaitBegan(c *mapCall[In, Out]) (Out, int, error) {
 	if c.cancel != nil {
 		c.cancel()
 	}
-	v, err := r.Out, r.Err
-	began, ok := r.Began()
-	if !ok {
-		began = -1
+	v, err, end := r.Out, r.Err, chunkEnd{lane: -1, began: -1}
+	if b, ok := r.Began(); ok {
+		end.began = b
+	}
+	if key, ok := r.Answered(); ok {
+		end.lane = int(key) % maxLanes
 	}
 	t.def.Records.Release(r)
-	return v, began, err
+	return v, end, err
 }
 
 // asError is err as an element's *Error.

@@ -50,12 +50,12 @@ func TestChunkDone(t *testing.T) {
 		out := make([]int, 4)
 		f := failures{task: c.task.Name()}
 		alone := []int{}
-		c.task.chunkDone(0, 4, c.raw, c.began, c.err, out, &f, &alone)
+		c.task.chunkDone(0, 4, c.raw, chunkEnd{lane: 1, began: c.began}, c.err, out, &f, &alone)
 		var failed []string
 		for _, e := range f.list {
 			failed = append(failed, fmt.Sprintf("%d:%s", e.Index, e.Err.Code))
-			if e.Err.Task != c.task.Name() {
-				t.Errorf("%s: element %d names task %q", c.name, e.Index, e.Err.Task)
+			if e.Err.Task != c.task.Name() || e.Err.Lane != 1 {
+				t.Errorf("%s: element %d names task %q, lane %d", c.name, e.Index, e.Err.Task, e.Err.Lane)
 			}
 		}
 		if got := fmt.Sprintf("%v alone %v out %d", failed, alone, out[0]); got != c.want {

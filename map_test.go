@@ -180,7 +180,7 @@ func TestMapChunksOnProcessLanes(t *testing.T) {
 		t.Fatalf("err = %v, want 10 failed elements", err)
 	}
 	for i, f := range me.Failed {
-		if f.Index != i || f.Err.Code != knit.CodeTaskError || f.Err.Task != mapSquare.Name() {
+		if f.Index != i || f.Err.Code != knit.CodeTaskError || f.Err.Task != mapSquare.Name() || f.Err.Lane < 0 || f.Err.Lane > 1 {
 			t.Errorf("failure %d: element %d: %v", i, f.Index, f.Err)
 		}
 	}

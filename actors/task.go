@@ -388,6 +388,9 @@ type Record[In, Out any] struct {
 	// began is, for a twin's call (a Map chunk) that was running when its lane died, 1 + how
 	// many of its elements had started; 0 where that is not known.
 	began uint16
+	// answered is 1 + the key of the lane whose result settled the call; 0 when none did
+	// (Map names the lane in the errors of a chunk's elements).
+	answered int32
 	// Hard is when the call overruns its task's HardTimeout (zero: none).
 	Hard  time.Time
 	owner atomic.Uint64 // the pool that issued the call
@@ -500,7 +503,7 @@ func (r *Record[In, Out]) Start(ctx context.Context, in In, owner uint64) {
 	if r.owner.Load() != owner {
 		r.owner.Store(owner)
 	}
-	r.deaths, r.began = 0, 0
+	r.deaths, r.began, r.answered = 0, 0, 0
 	r.refs.start(2, statePending)
 }
 
@@ -647,6 +650,10 @@ func (r *Record[In, Out]) StartIn(ctx context.Context, in In, owner uint64, b *B
 // Began reports, for a twin's call that was running when its lane died, how many of its
 // elements had started; false where that is not known.
 func (r *Record[In, Out]) Began() (int, bool) { return int(r.began) - 1, r.began > 0 }
+
+// Answered reports the key of the lane whose result settled the call; false when none did
+// (it failed, or a shared ring's lane answered it).
+func (r *Record[In, Out]) Answered() (int32, bool) { return r.answered - 1, r.answered > 0 }
 
 // Done receives one token when the call settles; the caller takes it before Release.
 func (r *Record[In, Out]) Done() <-chan struct{} { return r.done }
@@ -933,6 +940,9 @@ func (t *Task[In, Out]) SettleResult(owner uint64, lane int32, id, gen uint32, o
 			} else {
 				err = w.Wrap(t, o, we)
 			}
+		}
+		if lane >= 0 {
+			r.answered = lane + 1
 		}
 		r.settleRan(err, ran)
 	}
