@@ -308,10 +308,12 @@ type nodeLane struct {
 	mu       sync.Mutex
 	bySeq    map[uint64]*rawRec // the calls it holds, by the host's sequence number
 	ones     int                // frames of a single call in a row (Submit's, one goroutine)
-	done     uint64             // the highest host sequence number it answered
-	started  uint64             // at its end: the highest one it had started
-	busy     bool               // at its end: a call was running
-	began    int                // at its end: of that call, if a Map chunk, the elements started; else -1
+	calls    []actors.Call      // Submit's scratch: a frame's calls, and their records
+	recs     []*rawRec
+	done     uint64 // the highest host sequence number it answered
+	started  uint64 // at its end: the highest one it had started
+	busy     bool   // at its end: a call was running
+	began    int    // at its end: of that call, if a Map chunk, the elements started; else -1
 	reported chan struct{}
 }
 
@@ -322,8 +324,12 @@ var neverDone = make(chan struct{})
 // Submit implements remote.NodeLane: a frame's calls go to the lane's ring together, with
 // one publication and at most one wake-up of the lane (actors.HostRing.SubmitBatch).
 func (nl *nodeLane) Submit(cs []remote.Call) error {
-	calls := make([]actors.Call, 0, len(cs))
-	recs := make([]*rawRec, 0, len(cs))
+	calls, recs := nl.calls[:0], nl.recs[:0]
+	defer func() { // kept for the next frame, holding nothing of this one
+		clear(calls)
+		clear(recs)
+		nl.calls, nl.recs = calls[:0], recs[:0]
+	}()
 	var now time.Time
 	unknown := false
 	for _, c := range cs {

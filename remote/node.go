@@ -270,7 +270,8 @@ type session struct {
 	sends   uint64         // the outbox's sends so far (the heartbeat's backstop looks)
 	kick    chan struct{}
 	done    chan struct{}
-	ended   bool // fence has run to the end: flush sends what is left and returns
+	ended   bool   // fence has run to the end: flush sends what is left and returns
+	calls   []Call // lane's scratch, on the endpoint's actor goroutine: a frame's calls
 }
 
 func (s *session) isFenced() bool {
@@ -289,7 +290,8 @@ func (s *session) lane(f Frame) {
 	}
 	switch f.Kind {
 	case KindCalls:
-		var calls []Call
+		calls := s.calls[:0]
+		defer func() { clear(calls); s.calls = calls[:0] }() // Submit keeps no pointer into it
 		it := f.Items()
 		for it.More() {
 			c := it.Call()
