@@ -438,7 +438,7 @@ func (t *Task[In, Out]) newCall(ctx context.Context, p *Pool, r *actors.Record[I
 	}
 	// A value over the limit is refused before it is encoded where its size is known
 	// cheaply (bytes, strings, proto, what a CBOR value's strings and slices hold).
-	if r.Enc, err = actors.AppendMax(t.def.InCodec, r.Enc, r.In, p.cfg.Payload.MaxCall-len(r.Enc)); err != nil {
+	if r.Enc, err = t.def.AppendInput(r.Enc, r.In, p.cfg.Payload.MaxCall-len(r.Enc)); err != nil {
 		if tl := (*actors.TooLargeError)(nil); errors.As(err, &tl) {
 			return c, &Error{Code: CodePayloadTooLarge, Lane: -1, Task: t.def.Name(), Message: "input: " + tl.Error()}
 		}

@@ -170,6 +170,7 @@ func twinOf[In, Out any](t *Task[In, Out]) *Task[[]In, []byte] {
 	tw := &Task[[]In, []byte]{name: name,
 		fp:      Fingerprint(name, reflect.TypeFor[[]In](), reflect.TypeFor[[]byte]()),
 		InCodec: chunkIn[In]{t.InCodec}, OutCdc: chunkOut{}}
+	tw.inLimit = limiterOf(tw.InCodec)
 	tw.fn = func(ctx context.Context, in []In) ([]byte, error) { // in-process: nothing to bound
 		out := binary.LittleEndian.AppendUint32(nil, uint32(len(in)))
 		var scratch []byte

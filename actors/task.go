@@ -192,6 +192,7 @@ type Task[In, Out any] struct {
 	def     Out
 	InCodec Codec[In]
 	OutCdc  Codec[Out]
+	inLimit limiter[In] // InCodec's, once Define (or the twin's maker) has set it
 	Records Table[In, Out]
 	// twin is the task's twin (Twin), once made; the registry's lock guards it. makeTwin
 	// makes it (twinMaker), and chunk runs a twin's chunks (RunChunk): nil for a twin, and
@@ -248,6 +249,7 @@ func Define[In, Out any](name string, fn func(context.Context, In) (Out, error),
 	if _, dup := registry.byName[name]; dup {
 		panic(fmt.Sprintf("knit: task %q is defined twice; task names must be unique", name))
 	}
+	t.inLimit = limiterOf(t.InCodec)
 	t.makeTwin = twinMaker(t)
 	register(t)
 	// The twin's index is the next one, made when first needed (Twin): a task that no Map
