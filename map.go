@@ -50,9 +50,11 @@ const mapChunk = 32
 // that had started (finished or not) fail with WORKER_CRASHED, as the call the lane was
 // running would, and the rest run elsewhere; with Idempotent they all run again. (When a
 // remote lane's node is lost, or a lane of a pool that steals dies, the elements that had
-// started are not known, and the whole chunk fails or, with Idempotent, runs again.) A result that would take a chunk's
-// answer over Payload.MaxCall fails PAYLOAD_TOO_LARGE, or runs again by itself with
-// Idempotent; a lane starts no element once its chunk's answer holds half the limit.
+// started are not known, and the whole chunk fails or, with Idempotent, runs again.) A
+// result that would take a chunk's answer over Payload.MaxCall fails PAYLOAD_TOO_LARGE, or
+// runs again by itself with Idempotent; a lane starts no element once its chunk's answer
+// holds half the limit. An element's *Error names the lane that ran its chunk, and
+// MaxCallsPerLane counts each element as a call.
 //
 // A task with a Timeout or HardTimeout gives each element a context of its own, and its
 // elements go one by one.
