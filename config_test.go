@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,11 +59,17 @@ func TestConfigChecked(t *testing.T) {
 	_ = p.Close(context.Background())
 }
 
+// definedLate is a task defined after the pool of TestCallerMistakesHaveTheirCodes was
+// made, once per test binary (a second Define of its name panics: go test -count=2).
+var definedLate = sync.OnceValue(func() *knit.Task[int, int] {
+	return knit.Define("test.defined.late", func(context.Context, int) (int, error) { return 0, nil })
+})
+
 // TestCallerMistakesHaveTheirCodes: a programming error is INVALID_ARGUMENT or
 // UNKNOWN_TASK, never POOL_UNAVAILABLE (which says no lane can serve, a 503).
 func TestCallerMistakesHaveTheirCodes(t *testing.T) {
 	p := newPool(t, knit.Config{Lanes: 1})
-	late := knit.Define("test.defined.late", func(context.Context, int) (int, error) { return 0, nil })
+	late := definedLate()
 	var nilTask *knit.Task[[2]int64, int64]
 	var nilPool *knit.Pool
 	var nilCtx context.Context
