@@ -632,13 +632,21 @@ func (d *rawDef) FailLane(e actors.LaneEnd) int {
 		seq := r.seq.Load()
 		nl, hostSeq := r.owner, r.hostSeq
 		d.release(r)
-		began, ok := fastpath.ChunkStarted(e.Chunk, seq)
-		if !ok {
-			began = -1
-		}
-		nl.lost(hostSeq, seq != 0 && seq <= e.Started, began)
+		nl.lost(hostSeq, seq != 0 && seq <= e.Started, chunkBegan(e.Chunk, seq))
 	}
 	return len(held)
+}
+
+// chunkBegan reads the chunk word a node's lane process left for its call seq: how many
+// elements of that Map chunk had started, -1 when the word is another call's. The lane
+// wrote it: a count over a chunk's most elements is cut to it, so that the host, which
+// refuses such an end report (remote.Ended), hears how the lane ended all the same.
+func chunkBegan(word, seq uint64) int {
+	began, ok := fastpath.ChunkStarted(word, seq)
+	if !ok {
+		return -1
+	}
+	return min(began, actors.MaxChunk)
 }
 
 // Withdraw implements actors.Def. A node's pool moves no call (its MoveQueuedAfter is off:
