@@ -227,18 +227,30 @@ func TestMapChunkCountsForRecycling(t *testing.T) {
 // after the one that crashed the lane fails. An Idempotent task's elements all run again,
 // and only the one that crashes every lane fails.
 func TestMapChunkLaneCrashIsPrecise(t *testing.T) {
-	mapCrashIsPrecise(t, func(task *knit.Task[int, int]) *knit.Pool {
+	mapCrashIsPrecise(t, 200, 13, func(task *knit.Task[int, int]) *knit.Pool {
 		return newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, task)
 	})
 }
 
-// mapCrashIsPrecise is TestMapChunkLaneCrashIsPrecise on the pools newPool makes.
-func mapCrashIsPrecise(t *testing.T, newPool func(*knit.Task[int, int]) *knit.Pool) {
-	t.Helper()
-	in := make([]int, 200)
-	for i := range in {
-		in[i] = i
+// The same on a stealing pool of process lanes, where a chunk sent while others are in flight
+// reaches its lane through the shared submit ring (the host grants it to the lane's own ring).
+func TestMapChunkLaneCrashIsPreciseStealing(t *testing.T) {
+	for _, mode := range []knit.Steal{knit.StealTicket, knit.StealDekker} {
+		mapCrashIsPrecise(t, 2000, 1500, func(task *knit.Task[int, int]) *knit.Pool {
+			return newProcessPool(t, knit.Config{Lanes: 2, Steal: mode, Logger: quiet()}, task)
+		})
 	}
+}
+
+// mapCrashIsPrecise is TestMapChunkLaneCrashIsPrecise on the pools newPool makes: a Map of
+// n elements whose element at crashes its lane.
+func mapCrashIsPrecise(t *testing.T, n, at int, newPool func(*knit.Task[int, int]) *knit.Pool) {
+	t.Helper()
+	in := make([]int, n)
+	for i := range in {
+		in[i] = i + 14 // 13 crashes the lane
+	}
+	in[at] = 13
 	for _, task := range []*knit.Task[int, int]{mapCrash, mapCrashIdempotent} {
 		p := newPool(task)
 		out, err := task.Map(context.Background(), p, in)
@@ -252,15 +264,15 @@ func mapCrashIsPrecise(t *testing.T, newPool func(*knit.Task[int, int]) *knit.Po
 			if f.Err.Code != knit.CodeWorkerCrashed && f.Err.Code != knit.CodePoisonCall {
 				t.Errorf("%s: element %d: %v", task.Name(), f.Index, f.Err)
 			}
-			if f.Index > 13 {
+			if f.Index > at {
 				t.Errorf("%s: element %d failed: it started after the lane died", task.Name(), f.Index)
 			}
 		}
-		if !failed[13] || task == mapCrashIdempotent && len(me.Failed) != 1 {
+		if !failed[at] || task == mapCrashIdempotent && len(me.Failed) != 1 {
 			t.Errorf("%s: failed %v", task.Name(), me.Failed)
 		}
 		for i, v := range out {
-			if v != i*i && !failed[i] {
+			if v != in[i]*in[i] && !failed[i] {
 				t.Errorf("%s: out[%d] = %d", task.Name(), i, v)
 			}
 		}

@@ -1020,7 +1020,7 @@ var remoteHang = knit.Define("test.remote.hang", func(context.Context, int) (int
 // fail; the rest run again, as on a pool's own process lanes.
 func TestRemoteMapChunkLaneCrash(t *testing.T) {
 	nodes := startNodes(t, 1)
-	mapCrashIsPrecise(t, func(task *knit.Task[int, int]) *knit.Pool {
+	mapCrashIsPrecise(t, 200, 13, func(task *knit.Task[int, int]) *knit.Pool {
 		return remotePool(t, knit.Config{Lanes: 2}, nodes, task)
 	})
 }

@@ -867,10 +867,11 @@ func (s *shared) grantee(seq uint64) *lane {
 func (s *shared) recoverGranted(l *lane, e *Error, rec steal.Recovery, revoked []uint64, rerr error) {
 	held := s.books[l.cid].drain()
 	s.prod.AddGranted(l.cid, -len(held))
-	var started uint64
+	var started, chunk uint64
 	l.mu.Lock()
 	if !l.Unmapped() {
 		started = fastpath.Started(l.Region().Running().Load())
+		chunk = l.Region().Chunk().Load()
 	}
 	l.mu.Unlock()
 	end := actors.LaneEnd{Owner: s.p.id, Lane: sharedKey, Release: true, Requeue: s.p.requeue, Err: laneEndError(l, e),
@@ -883,6 +884,13 @@ func (s *shared) recoverGranted(l *lane, e *Error, rec steal.Recovery, revoked [
 				s.host.ReleaseAbort(abort)
 			}
 			return true, granted && g.own != 0 && g.own <= started
+		},
+		// A granted call ran as one of the lane's own ring's: its chunk word names it so.
+		SharedChunk: func(seq uint64) (int, bool) {
+			if g, ok := held[seq]; ok && g.own != 0 {
+				return fastpath.ChunkStarted(chunk, g.own)
+			}
+			return 0, false
 		}}
 	n := 0
 	for _, d := range s.p.defs {

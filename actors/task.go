@@ -988,6 +988,10 @@ type LaneEnd struct {
 	// number seq (abort is the call's abort bit), started whether it had started it
 	// (Started is not used).
 	Shared func(seq uint64, abort int32) (held, started bool)
+	// SharedChunk, with Shared, reports how many elements of the Map chunk published on the
+	// shared ring with sequence number seq the lane had started; false where that is not
+	// known (then every element counts as started).
+	SharedChunk func(seq uint64) (int, bool)
 	// Keep fails the calls but leaves their records held as they are, never reused: a
 	// result that may still come for one of them settles nothing.
 	Keep bool
@@ -995,6 +999,18 @@ type LaneEnd struct {
 	// (nil: none); that call alone had started (Started is not used).
 	Local   bool
 	Running LocalCall
+}
+
+// chunkStarted reports how many elements of the Map chunk published with sequence number
+// seq the lane had started.
+func (e *LaneEnd) chunkStarted(seq uint64) (int, bool) {
+	if e.Shared == nil {
+		return fastpath.ChunkStarted(e.Chunk, seq)
+	}
+	if e.SharedChunk == nil {
+		return 0, false
+	}
+	return e.SharedChunk(seq)
 }
 
 // Retry is a call handed back for another lane. Its record keeps the dispatch reference;
@@ -1041,8 +1057,8 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 			return
 		}
 		n++
-		if t.chunk != nil && started && e.Shared == nil && !e.Local {
-			if k, ok := fastpath.ChunkStarted(e.Chunk, seq); ok {
+		if t.chunk != nil && started && !e.Local {
+			if k, ok := e.chunkStarted(seq); ok {
 				r.began = uint16(min(k, MaxChunk)) + 1
 			}
 		}
