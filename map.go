@@ -49,8 +49,8 @@ const mapChunk = 32
 // chunk's results return together, so when a lane dies running a chunk, the elements of it
 // that had started (finished or not) fail with WORKER_CRASHED, as the call the lane was
 // running would, and the rest run elsewhere; with Idempotent they all run again. (When a
-// remote lane's node is lost, or a lane of a pool that steals dies, the elements that had
-// started are not known, and the whole chunk fails or, with Idempotent, runs again.) A
+// remote lane's node is lost, the elements that had started are not known, and the whole
+// chunk fails or, with Idempotent, runs again.) A
 // result that would take a chunk's answer over Payload.MaxCall fails PAYLOAD_TOO_LARGE, or
 // runs again by itself with Idempotent; a lane starts no element once its chunk's answer
 // holds half the limit. An element's *Error names the lane that ran its chunk, and
