@@ -498,16 +498,19 @@ func benchDefaultCall(b *testing.B, cfg knit.Config) {
 	}
 }
 
-func benchDefaultWindow(b *testing.B, cfg knit.Config) {
+func benchDefaultWindow(b *testing.B, cfg knit.Config) { benchWindow(b, cfg, inFlight) }
+
+// benchWindow: one goroutine keeps w futures in flight.
+func benchWindow(b *testing.B, cfg knit.Config, w int) {
 	p := defaultPool(b, cfg)
 	ctx := context.Background()
-	var ring [inFlight]*knit.Future[int64]
+	ring := make([]*knit.Future[int64], w)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := range b.N + inFlight {
-		k := i % inFlight
+	for i := range b.N + w {
+		k := i % w
 		if f := ring[k]; f != nil {
-			if v, err := f.Wait(); err != nil || v != int64(i-inFlight)+1 {
+			if v, err := f.Wait(); err != nil || v != int64(i-w)+1 {
 				b.Fatal(i, v, err)
 			}
 			ring[k] = nil
@@ -517,6 +520,17 @@ func benchDefaultWindow(b *testing.B, cfg knit.Config) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+// BenchmarkProcessWindows is windows of futures on process lanes (default Config) in the
+// shapes that became slower with issue 28's spin policy: small windows, and more lanes than
+// cores (docs/benchmarks.md, "Small windows and many process lanes").
+func BenchmarkProcessWindows(b *testing.B) {
+	for _, s := range []struct{ lanes, window int }{{2, 8}, {2, 64}, {1, 1024}, {4, 1024}} {
+		b.Run(fmt.Sprintf("lanes=%d/window=%d", s.lanes, s.window), func(b *testing.B) {
+			benchWindow(b, knit.Config{Runtime: knit.Process, Lanes: s.lanes}, s.window)
+		})
+	}
 }
 
 func benchDefaultGoroutines(b *testing.B, cfg knit.Config) {
