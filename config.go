@@ -23,7 +23,9 @@ const (
 	// LeastLoaded sends a call to the first lane with nothing in flight, else to the lane
 	// holding the fewest calls (default). One call at a time keeps going to lane 0, whose
 	// side stays awake while the others park; under load it spreads calls by queue depth, so
-	// a slow or stuck lane gets fewer.
+	// a slow or stuck lane gets fewer. In a process pool with the default LaneSpin, the
+	// lanes that spin take up to 64 calls before a parked lane is woken for one, while no
+	// parked lane holds a call: a parked lane costs a wake-up per call it is given.
 	LeastLoaded       Balancer = iota
 	RoundRobin                 // each call to the next live lane
 	FirstIdle                  // the first lane with nothing in flight, else round-robin

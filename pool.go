@@ -52,12 +52,15 @@ type Pool struct {
 	// spinLanes is how many lanes, the lowest first, spin before they park (LaneSpin); the
 	// others park at once (Pool.laneSpin).
 	spinLanes int
-	reaped    bool // process lanes: results wait on return rings for a drainer
-	local     bool // goroutine lanes of a pool with no shared ring (actors.LocalLane)
-	closing   atomic.Bool
-	requeued  atomic.Int64  // calls that lost their lane and look for another
-	drained   chan struct{} // closed when closing and nothing is in flight
-	drainMu   sync.Once
+	// spinnersFirst: a process pool whose lanes from spinLanes on park at once; LeastLoaded
+	// gives the spinning ones calls first (spinner).
+	spinnersFirst bool
+	reaped        bool // process lanes: results wait on return rings for a drainer
+	local         bool // goroutine lanes of a pool with no shared ring (actors.LocalLane)
+	closing       atomic.Bool
+	requeued      atomic.Int64  // calls that lost their lane and look for another
+	drained       chan struct{} // closed when closing and nothing is in flight
+	drainMu       sync.Once
 
 	changeMu sync.Mutex
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
@@ -135,8 +138,10 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	if cfg.LaneSpin == 0 {
 		spinLanes = runtime.GOMAXPROCS(0) - 1
 	}
+	spinnersFirst := cfg.LaneSpin == 0 && cfg.Runtime == Process && spinLanes > 0
 	cfg = cfg.withDefaults(rt.caps)
-	p := &Pool{cfg: cfg, caps: rt.caps, adaptiveSpares: adaptiveSpares, spinLanes: spinLanes, id: poolIDs.Add(1), epoch: time.Now(),
+	p := &Pool{cfg: cfg, caps: rt.caps, adaptiveSpares: adaptiveSpares, spinLanes: spinLanes, spinnersFirst: spinnersFirst,
+		id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
 	p.size.Store(int32(cfg.Lanes))
@@ -471,6 +476,11 @@ func (p *Pool) idleLane() *lane {
 // leastLoaded is the first idle lane, else the lane holding the fewest calls (the lower one
 // of equals: under a steady load the lanes take turns anyway).
 func (p *Pool) leastLoaded() *lane {
+	if p.spinnersFirst {
+		if l := p.spinner(); l != nil {
+			return l
+		}
+	}
 	var best, long *lane
 	bestLoad := int32(0)
 	for i := range p.laneCount() {
@@ -491,6 +501,36 @@ func (p *Pool) leastLoaded() *lane {
 		}
 	}
 	return cmp.Or(best, long)
+}
+
+// spinnerShare is how many calls the spinning lanes of a process pool hold before
+// LeastLoaded wakes a parked lane (while none holds a call): two rings' worth. A lane that
+// parks after each batch costs the host a futex wake per call it is given, which took 2 lanes
+// with a window of 8 calls from 1.0 M calls/s to 0.18 M (docs/benchmarks.md, "Small windows
+// and many process lanes").
+const spinnerShare = 2 * fastpath.Slots
+
+// spinner is, while every lane that parks at once (Pool.laneSpin) holds nothing, the first
+// spinning lane that holds fewer than spinnerShare calls; nil otherwise (LeastLoaded then
+// spreads the calls by queue depth).
+func (p *Pool) spinner() *lane {
+	var spinner *lane
+	for i := range p.laneCount() {
+		l := p.slots[i].cur.Load()
+		if l == nil || l.State() != lifecycle.LaneReady {
+			continue
+		}
+		load := l.inflight.Load()
+		switch {
+		case i >= p.spinLanes:
+			if load > 0 {
+				return nil // a parked lane is awake with calls: balance by depth
+			}
+		case spinner == nil && !l.long.Load() && load < spinnerShare:
+			spinner = l
+		}
+	}
+	return spinner
 }
 
 // laneByKey is the lane incarnation a record names, if it is the current one or a recycled

@@ -493,3 +493,45 @@ func TestStoppedFromOutside(t *testing.T) {
 		sys.Shutdown()
 	}
 }
+
+// In a process pool with the default LaneSpin, LeastLoaded gives calls to the lanes that spin
+// (the lowest GOMAXPROCS-1) until each holds 64, while the lanes that park at once hold none:
+// a parked lane costs the host a wake-up per call it is given. The next call goes to a
+// parked lane, and from then on calls spread by queue depth.
+func TestLeastLoadedFillsSpinningLanesFirst(t *testing.T) {
+	spinning := runtime.GOMAXPROCS(0) - 1
+	if spinning < 1 {
+		t.Skip("with one P no lane spins")
+	}
+	p := newProcessPool(t, knit.Config{Lanes: spinning + 1, Logger: quiet()}, sleepy)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var futures []*knit.Future[int]
+	inFlight := func() []int {
+		var n []int
+		for _, l := range p.Stats().Lanes {
+			n = append(n, l.InFlight)
+		}
+		return n
+	}
+	for range 64 * spinning {
+		futures = append(futures, sleepy.Go(ctx, p, 0))
+	}
+	got := inFlight()
+	for i, n := range got {
+		if want := map[bool]int{true: 64, false: 0}[i < spinning]; n != want {
+			t.Errorf("after %d calls, lanes hold %v: want 64 on each spinning lane, none on the last", len(futures), got)
+			break
+		}
+	}
+	futures = append(futures, sleepy.Go(ctx, p, 0))
+	if got := inFlight(); got[spinning] != 1 {
+		t.Errorf("after %d calls, lanes hold %v: want the next on the lane that parks", len(futures), got)
+	}
+	cancel()
+	for _, f := range futures {
+		if _, err := f.Wait(); !errors.Is(err, context.Canceled) {
+			t.Errorf("a call ended with %v, want CANCELED", err)
+		}
+	}
+}
