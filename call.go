@@ -121,7 +121,7 @@ func (t *Task[In, Out]) callLocal(ctx context.Context, p *Pool, r *actors.Record
 	done := ctx.Done()
 	// The balancer's lane first; dispatch for everything else (no lane ready, a full lane,
 	// a closing pool).
-	l := p.pick()
+	l := p.pick(nil)
 	if l == nil || p.closing.Load() || l.submitLocal(&r.Lane, r) != nil {
 		l = nil
 		if _, err := p.dispatch(ctx, actors.Call{Def: t.def, Lane: &r.Lane, Local: r, Done: done}); err != nil {
@@ -207,7 +207,7 @@ func (t *Task[In, Out]) Go(ctx context.Context, p *Pool, in In) *Future[Out] {
 	if p.local {
 		// A goroutine lane takes the record as it is, as callLocal gives it: no Call is
 		// built, and dispatch only when the balancer's lane does not take it.
-		if l := p.pick(); l != nil && !p.closing.Load() && l.submitLocal(&r.Lane, r) == nil {
+		if l := p.pick(nil); l != nil && !p.closing.Load() && l.submitLocal(&r.Lane, r) == nil {
 			return fut
 		}
 		c = actors.Call{Def: t.def, Lane: &r.Lane, Local: r, Done: ctx.Done()}

@@ -247,3 +247,20 @@ func ReadsOfAnEndedLane(p *Pool, idx int) (slowWake, polling bool) {
 	<-l.Ended()
 	return l.slowWake(), l.polling()
 }
+
+// TaskPace is the running time per call of task t that pool p's balancer knows (0: none, or
+// the pool keeps no pace); SetTaskPace sets it.
+func TaskPace[In, Out any](p *Pool, t *Task[In, Out]) time.Duration {
+	if p.pace == nil {
+		return 0
+	}
+	return time.Duration(p.pace[t.def.Index()].ns.Load())
+}
+
+func SetTaskPace[In, Out any](p *Pool, t *Task[In, Out], d time.Duration) {
+	p.pace[t.def.Index()].ns.Store(int64(d))
+	p.pace[t.def.Index()].avg.Store(int64(d))
+}
+
+// SpinnerWork is the balancer's bound on what a spinning lane holds (spinnerWork).
+const SpinnerWork = spinnerWork

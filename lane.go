@@ -367,6 +367,8 @@ func (l *lane) SettleResult(r actors.Result) error {
 	}
 	if sh != nil {
 		l.claimed.Add(1)
+	} else if l.p.pace != nil {
+		l.p.notePace(r.Def.Index(), r.Ran)
 	}
 	if err := r.Def.SettleResult(l.p.id, r.Key, r.ID, r.Gen, r.Outcome, r.Payload, !l.reaper, r.Ran, l); err != nil {
 		if sh == nil {

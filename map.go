@@ -386,7 +386,7 @@ func (m *mapper[In, Out]) submitLocal(c *chunk[In, Out], got, need int) {
 			batch = append(batch, r)
 		}
 	}
-	if l := p.pick(); l != nil && !p.closing.Load() {
+	if l := p.pick(nil); l != nil && !p.closing.Load() {
 		pushed, err := l.submitLocalBatch(batch)
 		if pushed {
 			clear(batch)
@@ -426,7 +426,7 @@ func (m *mapper[In, Out]) submitRing(c *chunk[In, Out], got, need int) {
 		calls, recs = append(calls, call), append(recs, r)
 	}
 	taken := 0
-	if l := p.pick(); l != nil && p.shared == nil && !p.closing.Load() && l.ring != nil {
+	if l := p.pick(nil); l != nil && p.shared == nil && !p.closing.Load() && l.ring != nil {
 		taken, _ = l.ring.SubmitBatch(calls)
 		if taken > 0 {
 			l.crowded()
@@ -549,7 +549,7 @@ func (t *Task[In, Out]) start(ctx context.Context, p *Pool, i int, in In, c *map
 	*c = mapCall[In, Out]{i: i, p: p, r: r, ctx: cctx, cancel: cancel}
 	var h home
 	if p.local {
-		if l := p.pick(); l != nil && !p.closing.Load() && l.submitLocal(&r.Lane, r) == nil {
+		if l := p.pick(nil); l != nil && !p.closing.Load() && l.submitLocal(&r.Lane, r) == nil {
 			return nil
 		}
 		_, err = p.dispatch(cctx, actors.Call{Def: t.def, Lane: &r.Lane, Local: r, Done: cctx.Done()})

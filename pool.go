@@ -53,14 +53,17 @@ type Pool struct {
 	// others park at once (Pool.laneSpin).
 	spinLanes int
 	// spinnersFirst: a process pool whose lanes from spinLanes on park at once; LeastLoaded
-	// gives the spinning ones calls first (spinner).
+	// gives the spinning ones the calls of quick tasks first (spinner).
 	spinnersFirst bool
-	reaped        bool // process lanes: results wait on return rings for a drainer
-	local         bool // goroutine lanes of a pool with no shared ring (actors.LocalLane)
-	closing       atomic.Bool
-	requeued      atomic.Int64  // calls that lost their lane and look for another
-	drained       chan struct{} // closed when closing and nothing is in flight
-	drainMu       sync.Once
+	// pace is, by registry index, how long a call of each task runs on a lane (notePace):
+	// the balancer's measure of a quick task. Only a spinnersFirst pool keeps it.
+	pace     []pace
+	reaped   bool // process lanes: results wait on return rings for a drainer
+	local    bool // goroutine lanes of a pool with no shared ring (actors.LocalLane)
+	closing  atomic.Bool
+	requeued atomic.Int64  // calls that lost their lane and look for another
+	drained  chan struct{} // closed when closing and nothing is in flight
+	drainMu  sync.Once
 
 	changeMu sync.Mutex
 	changed  chan struct{}         // closed and replaced when a lane comes up or the pool fails
@@ -158,6 +161,9 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	p.codecLog = p.root.Named(logging.Codec)
 	p.reaped = p.caps.Remote
 	p.byIndex = make([]actors.Def, actors.Count())
+	if spinnersFirst {
+		p.pace = make([]pace, len(p.byIndex))
+	}
 	serve := make([]actors.Def, 0, 2*len(tasks))
 	for _, t := range tasks {
 		d := t.actorsDef()
@@ -435,11 +441,11 @@ func (p *Pool) closeEvents() {
 }
 
 // pick chooses a ready lane for a call.
-func (p *Pool) pick() *lane {
+func (p *Pool) pick(d actors.Def) *lane {
 	n := p.laneCount()
 	switch p.cfg.Balancer {
 	case LeastLoaded:
-		return p.leastLoaded()
+		return p.leastLoaded(d)
 	case FirstIdle, FirstIdleOrRandom:
 		if l := p.idleLane(); l != nil {
 			return l
@@ -474,10 +480,11 @@ func (p *Pool) idleLane() *lane {
 }
 
 // leastLoaded is the first idle lane, else the lane holding the fewest calls (the lower one
-// of equals: under a steady load the lanes take turns anyway).
-func (p *Pool) leastLoaded() *lane {
-	if p.spinnersFirst {
-		if l := p.spinner(); l != nil {
+// of equals: under a steady load the lanes take turns anyway). A call of task d (nil: not
+// known) may go to a spinning lane first (spinner).
+func (p *Pool) leastLoaded(d actors.Def) *lane {
+	if p.spinnersFirst && d != nil && int(d.Index()) < len(p.pace) {
+		if l := p.spinner(p.pace[d.Index()].ns.Load()); l != nil {
 			return l
 		}
 	}
@@ -503,34 +510,63 @@ func (p *Pool) leastLoaded() *lane {
 	return cmp.Or(best, long)
 }
 
-// spinnerShare is how many calls the spinning lanes of a process pool hold before
-// LeastLoaded wakes a parked lane (while none holds a call): two rings' worth. A lane that
-// parks after each batch costs the host a futex wake per call it is given, which took 2 lanes
-// with a window of 8 calls from 1.0 M calls/s to 0.18 M (docs/benchmarks.md, "Small windows
-// and many process lanes").
-const spinnerShare = 2 * fastpath.Slots
+// spinnerShare is how many calls a spinning lane of a process pool holds at most before
+// LeastLoaded gives calls to a lane that parks: four rings' worth. A lane that parks after
+// each batch costs the host a futex wake per call it is given, which took 2 lanes with a
+// window of 8 calls from 1.0 M calls/s to 0.18 M, and 4 lanes with a window of 1024 from
+// 1.9 M to 0.4 M (docs/benchmarks.md, "Small windows and many process lanes").
+const spinnerShare = 4 * fastpath.Slots
 
-// spinner is, while every lane that parks at once (Pool.laneSpin) holds nothing, the first
-// spinning lane that holds fewer than spinnerShare calls; nil otherwise (LeastLoaded then
-// spreads the calls by queue depth).
-func (p *Pool) spinner() *lane {
-	var spinner *lane
-	for i := range p.laneCount() {
+// spinnerWork bounds what a spinning lane holds by its task's pace: about what a wake-up
+// costs a parked lane on a loaded machine. Calls slower than that are spread by queue
+// depth, as are those of a task whose pace is not known yet: a call queued behind a slow
+// one waits for it.
+const spinnerWork = 40 * time.Microsecond
+
+// spinner is the first spinning lane that holds fewer calls of task pace (its running time
+// per call, in nanoseconds; 0: unknown) than spinnerWork takes at that pace, and than
+// spinnerShare; nil if none does, or if the task is not quick (LeastLoaded then spreads the
+// calls by queue depth).
+func (p *Pool) spinner(pace int64) *lane {
+	if pace <= 0 || pace >= int64(spinnerWork) {
+		return nil
+	}
+	share := int32(min(int64(spinnerWork)/pace, spinnerShare))
+	for i := range min(p.spinLanes, p.laneCount()) {
 		l := p.slots[i].cur.Load()
-		if l == nil || l.State() != lifecycle.LaneReady {
-			continue
-		}
-		load := l.inflight.Load()
-		switch {
-		case i >= p.spinLanes:
-			if load > 0 {
-				return nil // a parked lane is awake with calls: balance by depth
-			}
-		case spinner == nil && !l.long.Load() && load < spinnerShare:
-			spinner = l
+		if l != nil && l.State() == lifecycle.LaneReady && !l.long.Load() && l.inflight.Load() < share {
+			return l
 		}
 	}
-	return spinner
+	return nil
+}
+
+// pace is a task's running time per call on its lanes, in nanoseconds: avg, a moving
+// average of what the lanes report, which drainers update, and ns, what callers read (0:
+// none yet), stored only when avg has moved by over an eighth, so that a steady pace costs
+// the callers no cache misses.
+type pace struct {
+	avg atomic.Int64
+	_   [56]byte
+	ns  atomic.Int64
+	_   [56]byte
+}
+
+// notePace adds a call of task index that ran for ran nanoseconds, as its lane reports
+// (a hostile lane can only mislead the balancer), to the task's pace.
+func (p *Pool) notePace(index uint32, ran uint64) {
+	if int(index) >= len(p.pace) || ran == 0 {
+		return
+	}
+	t := &p.pace[index]
+	v := int64(min(ran, uint64(time.Second)))
+	if old := t.avg.Load(); old != 0 {
+		v = old + (v-old)/8
+	}
+	t.avg.Store(v)
+	if ns := t.ns.Load(); v-ns > ns/8 || ns-v > ns/8 {
+		t.ns.Store(v)
+	}
 }
 
 // laneByKey is the lane incarnation a record names, if it is the current one or a recycled
@@ -568,7 +604,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 		if p.closing.Load() {
 			return nil, p.closedError()
 		}
-		l := p.pick()
+		l := p.pick(c.Def)
 		if l == nil {
 			if e := p.failed.Load(); e != nil {
 				return nil, &Error{Code: e.Code, Lane: -1, Task: c.Def.Name(), Message: e.Message, Cause: e.Cause}
@@ -579,7 +615,7 @@ func (p *Pool) dispatch(ctx context.Context, c actors.Call) (home, error) {
 				// signal came before this changed, so nothing else would wake us.
 				return nil, p.closedError()
 			}
-			if l = p.pick(); l == nil {
+			if l = p.pick(c.Def); l == nil {
 				if p.cfg.FailFast && p.tree != nil && p.tree.AllBackingOff() {
 					return nil, &Error{Code: CodePoolUnavailable, Lane: -1, Task: c.Def.Name(),
 						Message: "every lane is in crash-loop backoff (Config.FailFast)"}

@@ -514,13 +514,17 @@ func TestLeastLoadedFillsSpinningLanesFirst(t *testing.T) {
 		}
 		return n
 	}
-	for range 64 * spinning {
+	// A quick task (its pace known): the spinning lanes take what they run in SpinnerWork.
+	const pace = time.Microsecond
+	knit.SetTaskPace(p, sleepy, pace)
+	share := int(knit.SpinnerWork / pace)
+	for range share * spinning {
 		futures = append(futures, sleepy.Go(ctx, p, 0))
 	}
 	got := inFlight()
 	for i, n := range got {
-		if want := map[bool]int{true: 64, false: 0}[i < spinning]; n != want {
-			t.Errorf("after %d calls, lanes hold %v: want 64 on each spinning lane, none on the last", len(futures), got)
+		if want := map[bool]int{true: share, false: 0}[i < spinning]; n != want {
+			t.Errorf("after %d calls, lanes hold %v: want %d on each spinning lane, none on the last", len(futures), got, share)
 			break
 		}
 	}
@@ -533,5 +537,56 @@ func TestLeastLoadedFillsSpinningLanesFirst(t *testing.T) {
 		if _, err := f.Wait(); !errors.Is(err, context.Canceled) {
 			t.Errorf("a call ended with %v, want CANCELED", err)
 		}
+	}
+}
+
+// A task whose pace is not known, or slower than a wake-up, is spread by queue depth: a
+// burst of calls that sleep does not queue on the spinning lanes while another lane parks.
+func TestLeastLoadedSpreadsSlowTasks(t *testing.T) {
+	spinning := runtime.GOMAXPROCS(0) - 1
+	if spinning < 1 {
+		t.Skip("with one P no lane spins")
+	}
+	for _, pace := range []time.Duration{0, knit.SpinnerWork} {
+		t.Run(fmt.Sprint("pace=", pace), func(t *testing.T) {
+			p := newProcessPool(t, knit.Config{Lanes: spinning + 1, Logger: quiet()}, sleepy)
+			knit.SetTaskPace(p, sleepy, pace)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var futures []*knit.Future[int]
+			for range 8 * (spinning + 1) {
+				futures = append(futures, sleepy.Go(ctx, p, 0))
+			}
+			for _, l := range p.Stats().Lanes {
+				if l.InFlight != 8 {
+					t.Errorf("lane %d holds %d of %d calls: want 8 on each", l.Lane, l.InFlight, len(futures))
+				}
+			}
+			cancel()
+			for _, f := range futures {
+				if _, err := f.Wait(); !errors.Is(err, context.Canceled) {
+					t.Errorf("a call ended with %v, want CANCELED", err)
+				}
+			}
+		})
+	}
+}
+
+// The balancer learns a task's pace from what its process lanes report.
+func TestTaskPaceLearned(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("with one P no lane spins: the pool keeps no pace")
+	}
+	p := newProcessPool(t, knit.Config{Lanes: 2, Logger: quiet()}, add)
+	if got := knit.TaskPace(p, add); got != 0 {
+		t.Fatalf("pace before any call: %v, want 0", got)
+	}
+	for i := range 100 {
+		if _, err := add.Call(context.Background(), p, [2]int64{int64(i), 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := knit.TaskPace(p, add); got <= 0 || got >= time.Second {
+		t.Errorf("pace after 100 calls: %v, want a running time", got)
 	}
 }

@@ -371,7 +371,7 @@ func (s *shared) submitPrivate(c actors.Call) error {
 			return errClosed
 		}
 		changed := p.changes()
-		if l := p.leastLoaded(); l != nil {
+		if l := p.leastLoaded(nil); l != nil {
 			if err := l.submit(c); err != errLaneGone {
 				return err
 			}
