@@ -341,8 +341,8 @@ func (h host) Event(se supervisor.Event) {
 		}
 		ce.Write(fields...)
 	}
-	if e.To == StateCrashLoopBackoff {
-		p.signal() // calls that fail fast stop waiting
+	if e.To == StateCrashLoopBackoff || e.To == StateReady {
+		p.signal() // calls that fail fast stop waiting; Resize waits for the supervisor's ready
 	}
 	p.eventLog.add(e)
 	p.obs.event(e)

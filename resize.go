@@ -104,9 +104,14 @@ func (p *Pool) grow(ctx context.Context, cur, n int) error {
 	if err := p.tree.Resize(n, nil); err != nil {
 		return p.resizeError(err)
 	}
+	// Ready by the lane's life and by the supervisor's account, which Stats reports (it
+	// records the lane ready just after the lane is, and signals then: host.Event).
 	ready := func() bool {
 		for i := cur; i < n; i++ {
 			if l := p.slots[i].cur.Load(); l == nil || l.State() != lifecycle.LaneReady {
+				return false
+			}
+			if st, _, _ := p.tree.LaneState(i); st != supervisor.Ready {
 				return false
 			}
 		}
