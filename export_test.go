@@ -262,5 +262,5 @@ func SetTaskPace[In, Out any](p *Pool, t *Task[In, Out], d time.Duration) {
 	p.pace[t.def.Index()].avg.Store(int64(d))
 }
 
-// SpinnerWork is the balancer's bound on what a spinning lane holds (spinnerWork).
-const SpinnerWork = spinnerWork
+// SpinnerFor is how many calls of a task of that pace a spinning lane holds (spinnerFor).
+func SpinnerFor(pace time.Duration) int { return int(spinnerFor(int64(pace))) }

@@ -510,35 +510,52 @@ func (p *Pool) leastLoaded(d actors.Def) *lane {
 	return cmp.Or(best, long)
 }
 
-// spinnerShare is how many calls a spinning lane of a process pool holds at most before
-// LeastLoaded gives calls to a lane that parks: four rings' worth. A lane that parks after
-// each batch costs the host a futex wake per call it is given, which took 2 lanes with a
-// window of 8 calls from 1.0 M calls/s to 0.18 M, and 4 lanes with a window of 1024 from
-// 1.9 M to 0.4 M (docs/benchmarks.md, "Small windows and many process lanes").
-const spinnerShare = 4 * fastpath.Slots
+// spinnerShare is how many calls of a tiny task a spinning lane of a process pool holds
+// at most before LeastLoaded gives calls to a lane that parks. A lane that parks after each
+// batch costs the host a futex wake per batch it is given, which took 2 lanes with a window
+// of 8 calls from 1.0 M calls/s to 0.18 M, and 8 lanes with a window of 1024 from 2.4 M to
+// 0.18 M (docs/benchmarks.md, "Small windows and many process lanes").
+const spinnerShare = 32 * fastpath.Slots
 
-// spinnerWork bounds what a spinning lane holds by its task's pace: about what a wake-up
-// costs a parked lane on a loaded machine. Calls slower than that are spread by queue
-// depth, as are those of a task whose pace is not known yet: a call queued behind a slow
-// one waits for it.
+// tinyPace is the running time under which a task is tiny: its spinning lane runs its
+// calls faster than a caller submits them, so the caller, not the lane, sets the pace, and a
+// call queued on the lane waits no longer than it would on another lane.
+const tinyPace = time.Microsecond
+
+// spinnerWork bounds what a spinning lane holds of a task that is not tiny, by its pace:
+// about what a wake-up costs a parked lane on a loaded machine. Calls slower than that are
+// spread by queue depth, as are those of a task whose pace is not known yet: a call queued
+// behind a slow one waits for it.
 const spinnerWork = 40 * time.Microsecond
 
-// spinner is the first spinning lane that holds fewer calls of task pace (its running time
-// per call, in nanoseconds; 0: unknown) than spinnerWork takes at that pace, and than
-// spinnerShare; nil if none does, or if the task is not quick (LeastLoaded then spreads the
-// calls by queue depth).
-func (p *Pool) spinner(pace int64) *lane {
-	if pace <= 0 || pace >= int64(spinnerWork) {
-		return nil
+// spinnerFor is how many calls of a task that runs pace nanoseconds a spinning lane may
+// hold (0: none; the pace is not known, or the task is slower than spinnerWork).
+func spinnerFor(pace int64) int32 {
+	switch {
+	case pace <= 0 || pace >= int64(spinnerWork):
+		return 0
+	case pace < int64(tinyPace):
+		return spinnerShare
 	}
-	share := int32(min(int64(spinnerWork)/pace, spinnerShare))
+	return int32(int64(spinnerWork) / pace)
+}
+
+// spinner is the spinning lane holding the fewest calls (the lowest of equals), if it holds
+// fewer than spinnerFor(pace), where pace is the task's running time per call in
+// nanoseconds; nil otherwise (LeastLoaded then spreads the call by queue depth).
+func (p *Pool) spinner(pace int64) *lane {
+	var best *lane
+	bestLoad := spinnerFor(pace)
 	for i := range min(p.spinLanes, p.laneCount()) {
 		l := p.slots[i].cur.Load()
-		if l != nil && l.State() == lifecycle.LaneReady && !l.long.Load() && l.inflight.Load() < share {
-			return l
+		if l == nil || l.State() != lifecycle.LaneReady || l.long.Load() {
+			continue
+		}
+		if load := l.inflight.Load(); load < bestLoad {
+			best, bestLoad = l, load
 		}
 	}
-	return nil
+	return best
 }
 
 // pace is a task's running time per call on its lanes, in nanoseconds: avg, a moving

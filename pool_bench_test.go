@@ -526,7 +526,7 @@ func benchWindow(b *testing.B, cfg knit.Config, w int) {
 // shapes that became slower with issue 28's spin policy: small windows, and more lanes than
 // cores (docs/benchmarks.md, "Small windows and many process lanes").
 func BenchmarkProcessWindows(b *testing.B) {
-	for _, s := range []struct{ lanes, window int }{{2, 8}, {2, 64}, {1, 1024}, {4, 1024}} {
+	for _, s := range []struct{ lanes, window int }{{2, 8}, {2, 64}, {1, 1024}, {4, 1024}, {8, 1024}} {
 		b.Run(fmt.Sprintf("lanes=%d/window=%d", s.lanes, s.window), func(b *testing.B) {
 			benchWindow(b, knit.Config{Runtime: knit.Process, Lanes: s.lanes}, s.window)
 		})

@@ -514,18 +514,23 @@ func TestLeastLoadedFillsSpinningLanesFirst(t *testing.T) {
 		}
 		return n
 	}
-	// A quick task (its pace known): the spinning lanes take what they run in SpinnerWork.
-	const pace = time.Microsecond
-	knit.SetTaskPace(p, sleepy, pace)
-	share := int(knit.SpinnerWork / pace)
-	for range share * spinning {
-		futures = append(futures, sleepy.Go(ctx, p, 0))
-	}
-	got := inFlight()
-	for i, n := range got {
-		if want := map[bool]int{true: share, false: 0}[i < spinning]; n != want {
-			t.Errorf("after %d calls, lanes hold %v: want %d on each spinning lane, none on the last", len(futures), got, share)
-			break
+	// A quick task (its pace known): the spinning lanes take what they run in 40 µs, or,
+	// for a tiny task, what a caller submits meanwhile.
+	for _, pace := range []time.Duration{time.Microsecond, 100 * time.Nanosecond} {
+		knit.SetTaskPace(p, sleepy, pace)
+		share := knit.SpinnerFor(pace)
+		if share == 0 {
+			t.Fatalf("a pace of %v takes no calls on a spinning lane", pace)
+		}
+		for len(futures) < share*spinning {
+			futures = append(futures, sleepy.Go(ctx, p, 0))
+		}
+		got := inFlight()
+		for i, n := range got {
+			if want := map[bool]int{true: share, false: 0}[i < spinning]; n != want {
+				t.Errorf("pace %v: after %d calls, lanes hold %v: want %d on each spinning lane, none on the last", pace, len(futures), got, share)
+				break
+			}
 		}
 	}
 	futures = append(futures, sleepy.Go(ctx, p, 0))
@@ -547,7 +552,7 @@ func TestLeastLoadedSpreadsSlowTasks(t *testing.T) {
 	if spinning < 1 {
 		t.Skip("with one P no lane spins")
 	}
-	for _, pace := range []time.Duration{0, knit.SpinnerWork} {
+	for _, pace := range []time.Duration{0, 40 * time.Microsecond} {
 		t.Run(fmt.Sprint("pace=", pace), func(t *testing.T) {
 			p := newProcessPool(t, knit.Config{Lanes: spinning + 1, Logger: quiet()}, sleepy)
 			knit.SetTaskPace(p, sleepy, pace)
