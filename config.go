@@ -24,11 +24,12 @@ const (
 	// holding the fewest calls (default). One call at a time keeps going to lane 0, whose
 	// side stays awake while the others park; under load it spreads calls by queue depth, so
 	// a slow or stuck lane gets fewer. In a process pool with the default LaneSpin, the
-	// lanes that spin take a quick task's calls first, each up to what it runs in about
-	// 40 µs (at most 128 calls), before a parked lane is given one: a parked lane costs a
-	// wake-up per batch it is given. A task is quick once its lanes have reported calls
-	// that run under 40 µs; the calls of other tasks are spread by queue depth from the
-	// first, so that none waits behind a slow one while a lane parks.
+	// lanes that spin take a quick task's calls first, the least loaded of them, each up to
+	// what it runs in about 40 µs, or 1024 calls of a task that runs under 1 µs (the caller
+	// sets the pace then, not the lane), before a parked lane is given one: a parked lane
+	// costs a wake-up per batch it is given. A task is quick once its lanes have reported
+	// calls that run under 40 µs; the calls of other tasks are spread by queue depth from
+	// the first, so that none waits behind a slow one while a lane parks.
 	LeastLoaded       Balancer = iota
 	RoundRobin                 // each call to the next live lane
 	FirstIdle                  // the first lane with nothing in flight, else round-robin
