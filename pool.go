@@ -558,10 +558,11 @@ func (p *Pool) spinner(pace int64) *lane {
 	return best
 }
 
-// pace is a task's running time per call on its lanes, in nanoseconds: avg, a moving
-// average of what the lanes report, which drainers update, and ns, what callers read (0:
-// none yet), stored only when avg has moved by over an eighth, so that a steady pace costs
-// the callers no cache misses.
+// pace is a task's running time per call on its lanes, in nanoseconds: avg, what the
+// lanes report, averaged so that it rises fast and falls slowly (notePace), which drainers
+// update; and ns, what callers read (0: none yet), stored only when it changes what a
+// spinning lane may hold by over an eighth (spinnerFor), so that a steady pace costs the
+// callers no cache misses.
 type pace struct {
 	avg atomic.Int64
 	_   [56]byte
@@ -570,18 +571,25 @@ type pace struct {
 }
 
 // notePace adds a call of task index that ran for ran nanoseconds, as its lane reports
-// (a hostile lane can only mislead the balancer), to the task's pace.
+// (a hostile lane can only mislead the balancer), to the task's pace. A longer call moves
+// the average half way to it, a shorter one a 64th of the way: a task whose calls now and
+// then take far longer than the rest (one in 50 sleeps a millisecond) stays slow, as the
+// calls queued behind such a call wait for it.
 func (p *Pool) notePace(index uint32, ran uint64) {
 	if int(index) >= len(p.pace) || ran == 0 {
 		return
 	}
 	t := &p.pace[index]
 	v := int64(min(ran, uint64(time.Second)))
-	if old := t.avg.Load(); old != 0 {
-		v = old + (v-old)/8
+	switch old := t.avg.Load(); {
+	case old == 0:
+	case v > old:
+		v = old + (v-old)/2
+	default:
+		v = old - (old-v)/64
 	}
 	t.avg.Store(v)
-	if ns := t.ns.Load(); v-ns > ns/8 || ns-v > ns/8 {
+	if was, is := spinnerFor(t.ns.Load()), spinnerFor(v); is != was && (was == 0 || is == 0 || max(is-was, was-is) > was/8) {
 		t.ns.Store(v)
 	}
 }
