@@ -34,3 +34,13 @@ func TestNotePace(t *testing.T) {
 	p.notePace(7, 100) // an index out of range is ignored
 	p.notePace(quick, 0)
 }
+
+// A Map's chunk keeps the pace of its elements.
+func TestNotePaceOfMapChunks(t *testing.T) {
+	p := &Pool{pace: make([]pace, 1)}
+	p.pace[0].per = twinChunk
+	p.notePace(0, uint64(twinChunk*100))
+	if got := p.pace[0].ns.Load(); got != 100 {
+		t.Errorf("a chunk of %d elements that ran %dns has a pace of %dns, want 100", twinChunk, twinChunk*100, got)
+	}
+}

@@ -171,6 +171,9 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 		if t, ok := d.(interface{ Twin() actors.Def }); ok && p.caps.Remote {
 			if tw := t.Twin(); tw != nil {
 				serve = append(serve, tw) // Map's chunks (actors.TwinSuffix)
+				if p.pace != nil {
+					p.pace[tw.Index()].per = twinChunk // a pace per element
+				}
 			}
 		}
 	}
@@ -484,7 +487,8 @@ func (p *Pool) idleLane() *lane {
 // known) may go to a spinning lane first (spinner).
 func (p *Pool) leastLoaded(d actors.Def) *lane {
 	if p.spinnersFirst && d != nil && int(d.Index()) < len(p.pace) {
-		if l := p.spinner(p.pace[d.Index()].ns.Load()); l != nil {
+		t := &p.pace[d.Index()]
+		if l := p.spinner(spinnerFor(t.ns.Load()) / max(t.per, 1)); l != nil {
 			return l
 		}
 	}
@@ -541,11 +545,11 @@ func spinnerFor(pace int64) int32 {
 }
 
 // spinner is the spinning lane holding the fewest calls (the lowest of equals), if it holds
-// fewer than spinnerFor(pace), where pace is the task's running time per call in
-// nanoseconds; nil otherwise (LeastLoaded then spreads the call by queue depth).
-func (p *Pool) spinner(pace int64) *lane {
+// fewer than share (spinnerFor); nil otherwise (LeastLoaded then spreads the call by queue
+// depth).
+func (p *Pool) spinner(share int32) *lane {
 	var best *lane
-	bestLoad := spinnerFor(pace)
+	bestLoad := share
 	for i := range min(p.spinLanes, p.laneCount()) {
 		l := p.slots[i].cur.Load()
 		if l == nil || l.State() != lifecycle.LaneReady || l.long.Load() {
@@ -565,7 +569,8 @@ func (p *Pool) spinner(pace int64) *lane {
 // callers no cache misses.
 type pace struct {
 	avg atomic.Int64
-	_   [56]byte
+	per int32 // elements per call: twinChunk for a Map's chunks (actors.TwinSuffix), else 0
+	_   [52]byte
 	ns  atomic.Int64
 	_   [56]byte
 }
@@ -581,6 +586,9 @@ func (p *Pool) notePace(index uint32, ran uint64) {
 	}
 	t := &p.pace[index]
 	v := int64(min(ran, uint64(time.Second)))
+	if t.per > 1 {
+		v = max(v/int64(t.per), 1)
+	}
 	switch old := t.avg.Load(); {
 	case old == 0:
 	case v > old:
