@@ -569,10 +569,10 @@ func (p *Pool) spinner(share int32) *lane {
 // callers no cache misses.
 type pace struct {
 	avg atomic.Int64
+	_   [56]byte
+	ns  atomic.Int64
 	per int32 // elements per call: twinChunk for a Map's chunks (actors.TwinSuffix), else 0
 	_   [52]byte
-	ns  atomic.Int64
-	_   [56]byte
 }
 
 // notePace adds a call of task index that ran for ran nanoseconds, as its lane reports
