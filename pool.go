@@ -52,11 +52,10 @@ type Pool struct {
 	// spinLanes is how many lanes, the lowest first, spin before they park (LaneSpin); the
 	// others park at once (Pool.laneSpin).
 	spinLanes int
-	// spinnersFirst: a process pool whose lanes from spinLanes on park at once; LeastLoaded
-	// gives the spinning ones the calls of quick tasks first (spinner).
-	spinnersFirst bool
 	// pace is, by registry index, how long a call of each task runs on a lane (notePace):
-	// the balancer's measure of a quick task. Only a spinnersFirst pool keeps it.
+	// the balancer's measure of a quick task. Only a process pool whose lanes from
+	// spinLanes on park at once keeps it, and LeastLoaded gives its spinning lanes the calls
+	// of quick tasks first (spinner).
 	pace     []pace
 	reaped   bool // process lanes: results wait on return rings for a drainer
 	local    bool // goroutine lanes of a pool with no shared ring (actors.LocalLane)
@@ -141,9 +140,9 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	if cfg.LaneSpin == 0 {
 		spinLanes = runtime.GOMAXPROCS(0) - 1
 	}
-	spinnersFirst := cfg.LaneSpin == 0 && cfg.Runtime == Process && spinLanes > 0
+	keepsPace := cfg.LaneSpin == 0 && cfg.Runtime == Process && spinLanes > 0 // before the defaults set LaneSpin
 	cfg = cfg.withDefaults(rt.caps)
-	p := &Pool{cfg: cfg, caps: rt.caps, adaptiveSpares: adaptiveSpares, spinLanes: spinLanes, spinnersFirst: spinnersFirst,
+	p := &Pool{cfg: cfg, caps: rt.caps, adaptiveSpares: adaptiveSpares, spinLanes: spinLanes,
 		id: poolIDs.Add(1), epoch: time.Now(),
 		drained: make(chan struct{}), closeDone: make(chan struct{}), changed: make(chan struct{}),
 		slots: make([]laneSlot, maxLanes)}
@@ -161,7 +160,7 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	p.codecLog = p.root.Named(logging.Codec)
 	p.reaped = p.caps.Remote
 	p.byIndex = make([]actors.Def, actors.Count())
-	if spinnersFirst {
+	if keepsPace {
 		p.pace = make([]pace, len(p.byIndex))
 	}
 	serve := make([]actors.Def, 0, 2*len(tasks))
@@ -486,7 +485,7 @@ func (p *Pool) idleLane() *lane {
 // of equals: under a steady load the lanes take turns anyway). A call of task d (nil: not
 // known) may go to a spinning lane first (spinner).
 func (p *Pool) leastLoaded(d actors.Def) *lane {
-	if p.spinnersFirst && d != nil && int(d.Index()) < len(p.pace) {
+	if d != nil && int(d.Index()) < len(p.pace) { // pace is nil where no lane parks at once
 		t := &p.pace[d.Index()]
 		if l := p.spinner(spinnerFor(t.ns.Load()) / max(t.per, 1)); l != nil {
 			return l
