@@ -249,7 +249,7 @@ func ReadsOfAnEndedLane(p *Pool, idx int) (slowWake, polling bool) {
 }
 
 // TaskPace is the running time per call of task t that pool p's balancer knows (0: none, or
-// the pool keeps no pace); SetTaskPace sets it.
+// the pool keeps no pace).
 func TaskPace[In, Out any](p *Pool, t *Task[In, Out]) time.Duration {
 	if p.pace == nil {
 		return 0
@@ -257,6 +257,7 @@ func TaskPace[In, Out any](p *Pool, t *Task[In, Out]) time.Duration {
 	return time.Duration(p.pace[t.def.Index()].ns.Load())
 }
 
+// SetTaskPace sets the pace pool p's balancer knows for task t.
 func SetTaskPace[In, Out any](p *Pool, t *Task[In, Out], d time.Duration) {
 	p.pace[t.def.Index()].ns.Store(int64(d))
 	p.pace[t.def.Index()].avg.Store(int64(d))

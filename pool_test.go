@@ -494,16 +494,18 @@ func TestStoppedFromOutside(t *testing.T) {
 	}
 }
 
-// In a process pool with the default LaneSpin, LeastLoaded gives calls to the lanes that spin
-// (the lowest GOMAXPROCS-1) until each holds 64, while the lanes that park at once hold none:
-// a parked lane costs the host a wake-up per call it is given. The next call goes to a
-// parked lane, and from then on calls spread by queue depth.
+// In a process pool with the default LaneSpin, LeastLoaded gives the calls of a quick task
+// to the lanes that spin (the lowest GOMAXPROCS-1) until each holds what it runs in 40 µs, or
+// 1024 calls of a tiny task, while the lanes that park at once hold none: a parked lane
+// costs the host a wake-up per batch it is given. The next call goes to a parked lane.
+// (Calls queued behind a running one do not move: MoveQueuedAfter would move them after
+// 100 ms, which a loaded machine can take to submit them.)
 func TestLeastLoadedFillsSpinningLanesFirst(t *testing.T) {
 	spinning := runtime.GOMAXPROCS(0) - 1
 	if spinning < 1 {
 		t.Skip("with one P no lane spins")
 	}
-	p := newProcessPool(t, knit.Config{Lanes: spinning + 1, Logger: quiet()}, sleepy)
+	p := newProcessPool(t, knit.Config{Lanes: spinning + 1, MoveQueuedAfter: -1, Logger: quiet()}, sleepy)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var futures []*knit.Future[int]
@@ -554,7 +556,7 @@ func TestLeastLoadedSpreadsSlowTasks(t *testing.T) {
 	}
 	for _, pace := range []time.Duration{0, 40 * time.Microsecond} {
 		t.Run(fmt.Sprint("pace=", pace), func(t *testing.T) {
-			p := newProcessPool(t, knit.Config{Lanes: spinning + 1, Logger: quiet()}, sleepy)
+			p := newProcessPool(t, knit.Config{Lanes: spinning + 1, MoveQueuedAfter: -1, Logger: quiet()}, sleepy)
 			knit.SetTaskPace(p, sleepy, pace)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
