@@ -265,3 +265,14 @@ func SetTaskPace[In, Out any](p *Pool, t *Task[In, Out], d time.Duration) {
 
 // SpinnerFor is how many calls of a task of that pace a spinning lane holds (spinnerFor).
 func SpinnerFor(pace time.Duration) int { return int(spinnerFor(int64(pace))) }
+
+// AwaitMoverIdle waits until the watchdog has stopped its moveQueued looks for want of
+// calls (Pool.moveIdle), or timeout; it reports whether it has.
+func AwaitMoverIdle(p *Pool, timeout time.Duration) bool {
+	for end := time.Now().Add(timeout); !p.moveIdle.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			return false
+		}
+	}
+	return true
+}

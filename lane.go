@@ -218,7 +218,9 @@ func (l *lane) Admit() error {
 // Accept implements actors.RingOwner: it counts a call as held by this lane before it is
 // published, so a lane that ends finds every call it held.
 func (l *lane) Accept(calls int) {
-	l.inflight.Add(1)
+	if l.inflight.Add(1) == 1 && l.p.moveIdle.Load() {
+		l.p.wakeMover() // the watchdog stopped looking for long calls: see Pool.moveIdle
+	}
 	if max := l.p.cfg.MaxCallsPerLane; max > 0 {
 		l.countCalls(max, calls)
 	}

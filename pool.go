@@ -77,6 +77,14 @@ type Pool struct {
 	resizeMu sync.Mutex // serialises Resize
 
 	stopWatch chan struct{} // closed by Close once the lanes are stopped
+	// moveIdle is set by the watchdog when, at a look of moveQueued, no process lane held or
+	// ran a call: it stops those looks, and the first call a lane accepts after that sends on
+	// moveWake (wakeMover). The watchdog sets it before it reads the lanes' inflight counts,
+	// and lane.Accept reads it after counting its call (both sequentially consistent), so
+	// either the look sees the call or the lane sees the flag. moveWake is nil when the pool
+	// does not move calls (MoveQueuedAfter < 0, goroutine lanes).
+	moveIdle  atomic.Bool
+	moveWake  chan struct{}
 	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
 
 	events  chan Event
@@ -269,6 +277,9 @@ func newPool(cfg Config, tasks ...Definition) (*Pool, error) {
 	// that can freeze without ending).
 	if p.caps.Watched && (cfg.Liveness > 0 || cfg.Process.MaxLaneMemory > 0 || cfg.MoveQueuedAfter > 0) || p.shared != nil {
 		p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
+		if p.caps.Watched && cfg.MoveQueuedAfter > 0 {
+			p.moveWake = make(chan struct{}, 1)
+		}
 		go p.watchdog(p.stopWatch, p.watchDone)
 	}
 	if err := p.startObserving(); err != nil {

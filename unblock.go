@@ -16,8 +16,9 @@ import (
 // to other lanes — as long as another lane is not in the same state, where moving would
 // only shuffle them. The lane and the host agree on which calls moved through the region's
 // gate word (fastpath.Gate): a call either started where it was or runs elsewhere, never
-// both. The watchdog calls it every MoveQueuedAfter/2.
-func (p *Pool) moveQueued(now time.Time) {
+// both. The watchdog calls it every MoveQueuedAfter/2 while any lane holds or runs a call;
+// busy is false when none did at this look (see Pool.moveIdle).
+func (p *Pool) moveQueued(now time.Time) (busy bool) {
 	after := p.cfg.MoveQueuedAfter
 	n := p.laneCount()
 	var long []*lane
@@ -27,37 +28,54 @@ func (p *Pool) moveQueued(now time.Time) {
 		if l == nil || l.local != nil || l.State() != lifecycle.LaneReady {
 			continue
 		}
-		if l.runsLong(now, after) {
+		// inflight is read after the watchdog set moveIdle: see Pool.moveIdle.
+		lg, running := l.runsLong(now, after)
+		busy = busy || running || l.inflight.Load() != 0
+		if lg {
 			long = append(long, l)
 		} else {
 			free = true
 		}
 	}
 	if !free {
-		return
+		return busy
 	}
 	for _, l := range long {
 		l.moveQueued(now)
+	}
+	return busy
+}
+
+// wakeMover restarts the watchdog's moveQueued looks, which it stopped when no lane held a
+// call: a lane accepted its first one (lane.Accept).
+func (p *Pool) wakeMover() {
+	if p.moveIdle.CompareAndSwap(true, false) {
+		select {
+		case p.moveWake <- struct{}{}:
+		default: // a wake is pending already
+		}
 	}
 }
 
 // runsLong reports whether the lane has been running the same call of its own ring since
 // at least after ago, by the watchdog's looks; the balancer passes by a lane that does.
-func (l *lane) runsLong(now time.Time, after time.Duration) bool {
+// running is whether it runs a call at all.
+func (l *lane) runsLong(now time.Time, after time.Duration) (long, running bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.Unmapped() {
-		return false
+		return false, false
 	}
 	word := l.Region().Running().Load()
-	if seq := fastpath.Started(word); !fastpath.Busy(word) || seq != l.longSeq || l.longSince.IsZero() {
+	running = fastpath.Busy(word)
+	if seq := fastpath.Started(word); !running || seq != l.longSeq || l.longSince.IsZero() {
 		l.longSeq, l.longSince = seq, now
 		l.long.Store(false)
-		return false
+		return false, running
 	}
-	long := now.Sub(l.longSince) >= after
+	long = now.Sub(l.longSince) >= after
 	l.long.Store(long)
-	return long
+	return long, running
 }
 
 // moveQueued moves the calls queued behind the lane's long call to other lanes.

@@ -50,6 +50,46 @@ func TestCallsMoveFromBehindALongCall(t *testing.T) {
 	}
 }
 
+// An idle pool's watchdog stops looking for long calls (it would wake the host 20 times a
+// second for nothing), and the first call a lane takes after that starts the looks again:
+// calls queued behind a long one still move.
+func TestCallsMoveFromBehindALongCallAfterIdle(t *testing.T) {
+	p := newProcessPool(t, knit.Config{Lanes: 2, MoveQueuedAfter: 5 * time.Millisecond,
+		Process: knit.ProcessConfig{Env: quickExit}}, running, add)
+	if v, err := add.Call(context.Background(), p, [2]int64{1, 2}); err != nil || v != 3 {
+		t.Fatalf("a first call: %d, %v", v, err)
+	}
+	if !knit.AwaitMoverIdle(p, time.Minute) {
+		t.Fatal("the watchdog still looks for long calls a minute after the last call settled")
+	}
+	if err := p.Resize(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := runningCall(t, ctx, p)
+	const n = 50
+	futs := make([]*knit.Future[int64], n)
+	for i := range futs {
+		futs[i] = add.Go(context.Background(), p, [2]int64{int64(i), 1})
+	}
+	if err := p.Resize(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range futs {
+		if v, err := settle(t, fmt.Sprintf("call %d queued behind the long call", i), f); err != nil || v != int64(i+1) {
+			t.Fatalf("call %d queued behind the long call: %d, %v", i, v, err)
+		}
+	}
+	if got := p.Stats().Lanes[0].Moved; got != n {
+		t.Errorf("the long call's lane moved %d calls, want %d", got, n)
+	}
+	cancel()
+	if _, err := long.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the long call after its cancellation: %v, want CANCELED", err)
+	}
+}
+
 // A lane that stays on one long call has its queue taken back at every look, not once: calls
 // that reached it while no other lane was free (here: while it was the only lane) move when
 // one is. The second batch fills the slots the first left behind the fence and then the

@@ -17,7 +17,9 @@ import (
 // lane whose heartbeat has stood still for Liveness (SIGSTOP, a stuck runtime): its calls
 // settle and the supervisor restarts it. It samples each lane's resident memory for
 // MaxLaneMemory (checkMemory). Recycled incarnations finishing their calls are looked after
-// too. Every MoveQueuedAfter/2 it moves the calls queued behind a long one (moveQueued).
+// too. Every MoveQueuedAfter/2 it moves the calls queued behind a long one (moveQueued),
+// as long as some lane holds a call: an idle pool's watchdog wakes once a tick, not 20 times
+// a second (a wake-up of the host costs tens of µs of CPU on a VM).
 func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	tick := p.cfg.Liveness / beatsPerLiveness
@@ -26,11 +28,13 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var move <-chan time.Time // moveQueued's looks, more frequent
-	if p.caps.Watched && p.cfg.MoveQueuedAfter > 0 {
-		m := time.NewTicker(max(p.cfg.MoveQueuedAfter/2, time.Millisecond))
-		defer m.Stop()
-		move = m.C
+	var move <-chan time.Time // moveQueued's looks, more frequent; nil while no lane holds a call
+	var mover *time.Ticker
+	moveEvery := max(p.cfg.MoveQueuedAfter/2, time.Millisecond)
+	if p.moveWake != nil {
+		mover = time.NewTicker(moveEvery)
+		defer mover.Stop()
+		move = mover.C
 	}
 	type seen struct {
 		l    *lane
@@ -43,7 +47,20 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 		case <-stop:
 			return
 		case now := <-move:
-			p.moveQueued(now)
+			p.moveIdle.Store(true) // before the looks: see Pool.moveIdle
+			if p.moveQueued(now) {
+				p.moveIdle.Store(false)
+			} else {
+				mover.Stop()
+				move = nil
+			}
+			continue
+		case <-p.moveWake:
+			if move == nil {
+				mover.Reset(moveEvery)
+				move = mover.C
+			}
+			p.moveQueued(time.Now())
 			continue
 		case <-t.C:
 		}
