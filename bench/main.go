@@ -136,6 +136,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return render(opts, stdout, stderr)
 	}
 	idleWindow = opts.idle
+	defer removeBenchTLS()
 	// testing.Benchmark reads its target duration from the testing
 	// package's -test.benchtime flag; register it and set it.
 	testing.Init()

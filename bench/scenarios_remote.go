@@ -425,6 +425,13 @@ func benchTLSDir(on bool) (string, error) {
 	return benchTLS.dir, benchTLS.err
 }
 
+// removeBenchTLS removes the run's certificates, if it made them.
+func removeBenchTLS() {
+	if benchTLS.dir != "" {
+		_ = os.RemoveAll(benchTLS.dir)
+	}
+}
+
 func writeBenchCerts() (string, error) {
 	dir, err := os.MkdirTemp("", "knit-bench-tls-")
 	if err != nil {
