@@ -144,7 +144,10 @@ type Config struct {
 	// Liveness bounds how long a process lane may stop without ending — frozen by SIGSTOP,
 	// its runtime stuck, its doorbells gone — before the host notices: the lane's runtime
 	// bumps a heartbeat whatever its tasks do, and a lane whose heartbeat stands still for
-	// Liveness is killed (WORKER_UNRESPONSIVE) and restarted. At the same interval the host
+	// Liveness is killed (WORKER_UNRESPONSIVE) and restarted. An idle lane (parked for a
+	// beat with nothing to do, outside a stealing pool) pauses its heartbeat until it wakes:
+	// one that froze while idle is killed once a call has waited Liveness for it, and the
+	// call runs on its next incarnation. At the same interval the host
 	// looks at every return ring, so that a lost doorbell cannot strand results (default
 	// 3s; negative: no watchdog; otherwise 10ms to 24h).
 	Liveness time.Duration

@@ -276,3 +276,15 @@ func AwaitMoverIdle(p *Pool, timeout time.Duration) bool {
 	}
 	return true
 }
+
+// WatchdogLooks is how many times the pool's watchdog has looked at its lanes.
+func WatchdogLooks(p *Pool) uint64 { return p.looks.Load() }
+
+// LaneBeat is lane i's heartbeat word (0 and false: no process lane's region is mapped).
+func LaneBeat(p *Pool, i int) (uint32, bool) {
+	l := p.slots[i].cur.Load()
+	if l == nil || l.local != nil {
+		return 0, false
+	}
+	return l.heartbeat()
+}

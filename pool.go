@@ -85,6 +85,7 @@ type Pool struct {
 	// does not move calls (MoveQueuedAfter < 0, goroutine lanes).
 	moveIdle  atomic.Bool
 	moveWake  chan struct{}
+	looks     atomic.Uint64 // the watchdog's ticks so far (tests wait for them)
 	watchDone chan struct{} // closed when the watchdog has returned (nil: none runs)
 
 	events  chan Event

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/knitgo/knit/fastpath"
 	"github.com/knitgo/knit/lifecycle"
 )
 
@@ -64,6 +65,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 			continue
 		case <-t.C:
 		}
+		p.looks.Add(1)
 		p.hostLimits.Check() // a lane may have lowered the host's own limits (prlimit64)
 		now := time.Now()
 		if sh := p.shared; sh != nil { // the same for the shared ring: its backlog, its claimants
@@ -105,7 +107,7 @@ func (p *Pool) watchdog(stop <-chan struct{}, done chan<- struct{}) {
 				if k == 1 {
 					s = &lastOld[i]
 				}
-				if s.l != l || s.beat != beat {
+				if s.l != l || s.beat != beat || beat&fastpath.BeatPaused != 0 && p.shared == nil && !l.awaited() {
 					*s = seen{l: l, beat: beat, at: now}
 					continue
 				}
@@ -126,6 +128,19 @@ func (l *lane) heartbeat() (uint32, bool) {
 		return 0, false
 	}
 	return l.Region().Heartbeat().Load(), true
+}
+
+// awaited reports whether calls wait for a lane: published on its ring and not read, or one
+// running. A lane whose heartbeat is paused (fastpath.BeatPaused) is idle by its own word,
+// which the watchdog believes only while this is false: a lane that froze while idle is
+// found once a call waits for it, and ringStalled rings it first.
+func (l *lane) awaited() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Unmapped() {
+		return false
+	}
+	return l.Region().Requests().Unread() || fastpath.Busy(l.Region().Running().Load())
 }
 
 // ringStalled rings a process lane that is parked while calls wait in its ring. The doorbell

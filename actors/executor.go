@@ -31,7 +31,11 @@ type Executor struct {
 	Host *HostRing
 	// Corrupt is told when a result Host settles breaks the protocol: the lane must die.
 	Corrupt func(error)
-	Spin    time.Duration // spin budget before parking
+	// Woke, if set, is called each time the lane wakes from a park for calls (not a park for
+	// room): a process lane's heartbeat, paused while the lane slept, beats again.
+	Woke func()
+
+	Spin time.Duration // spin budget before parking
 	// SpinOne, if positive, is the spin budget once OneAtATime batches in a row held a
 	// single call each: a node's lane whose host calls it one call at a time polls for the
 	// next for as long as a network round trip, which its wake-up from a park would
@@ -226,6 +230,9 @@ func (e *Executor) Run() error {
 				parked := time.Now()
 				wake.Park(e.Lane, ready, timeout)
 				spin.Parked(time.Since(parked))
+			}
+			if e.Woke != nil {
+				e.Woke()
 			}
 		}
 		stamp.S(stamp.LaneTook)

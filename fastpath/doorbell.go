@@ -134,6 +134,9 @@ func (w *Wake) Awake() (awake, woken bool) {
 // rung is the awake word of a consumer a Ring woke, until it runs.
 const rung = 2
 
+// Rings reads the wake counter: it moves with every Ring and Force.
+func (w *Wake) Rings() uint32 { return w.counter.Load() }
+
 // SetAwake marks the consumer awake (it is after boot and after every Park).
 func (w *Wake) SetAwake() { w.awake.Store(1) }
 

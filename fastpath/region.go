@@ -315,8 +315,14 @@ func (r *Region) Open() *atomic.Uint32 { return r.sig(sigOpen) }
 func (r *Region) LaneWake() *Wake { return &Wake{counter: r.sig(sigWake), awake: r.sig(sigAwake)} }
 
 // Heartbeat returns the counter a lane process's runtime bumps at a steady pace, whatever its
-// tasks do: a host that sees it stand still knows the process is frozen.
+// tasks do: a host that sees it stand still knows the process is frozen. A lane parked with
+// nothing to do may pause it (BeatPaused).
 func (r *Region) Heartbeat() *atomic.Uint32 { return r.sig(sigBeat) }
+
+// BeatPaused is set in a heartbeat word whose lane has paused its heartbeat: it was parked
+// for a whole beat with nothing to do, and beats again once it wakes. A paused beat stands
+// still by design, so the host counts it as frozen only while calls wait for the lane.
+const BeatPaused uint32 = 1 << 31
 
 // Running returns the lane's running word: Running(seq, busy) of the call it started last.
 // The host reads it after the lane has died, to tell the calls that had started (a sequence

@@ -261,10 +261,17 @@ func Serve(h Hooks) int {
 		// split run from wait time with them.
 		Timed: b.Timed,
 	}
+	// A lane of a stealing pool beats on while parked: calls wait for it on the shared ring
+	// too, where the host does not look whether they do.
+	var pause *beatPause
+	if !b.Steal {
+		pause = newBeatPause()
+		exec.Woke = pause.woke
+	}
 	region.Boot().Store(fastpath.BootReady)
 	_ = done.Signal() // the host's reaper waits on this doorbell for readiness too
 	log.Debug("lane ready", zap.Duration("spin", exec.Spin), zap.Duration("park", exec.Park))
-	stopBeat := heartbeat(region, durationNS(b.Beat))
+	stopBeat := heartbeat(region, durationNS(b.Beat), pause)
 	err = exec.Run()
 	stopBeat()
 	aborts.stop()
@@ -452,8 +459,11 @@ func durationNS(ns int64) time.Duration { return time.Duration(ns) }
 
 // heartbeat bumps the region's heartbeat counter every period, from a goroutine of its own:
 // it beats whatever the tasks do, and stands still only when the whole process does
-// (SIGSTOP, a stuck runtime). It returns a function that stops it.
-func heartbeat(r *fastpath.Region, period time.Duration) (stop func()) {
+// (SIGSTOP, a stuck runtime). With pause set, a lane found parked at two beats in a row, not
+// rung in between, pauses it (fastpath.BeatPaused) until the executor wakes (beatPause.woke):
+// each beat of an idle lane cost its runtime about eight thread wake-ups, 0.05–0.1 % of a
+// core a lane (docs/benchmarks.md). It returns a function that stops it.
+func heartbeat(r *fastpath.Region, period time.Duration, pause *beatPause) (stop func()) {
 	if period <= 0 {
 		return func() {}
 	}
@@ -463,18 +473,62 @@ func heartbeat(r *fastpath.Region, period time.Duration) (stop func()) {
 		defer close(finished)
 		t := time.NewTicker(period)
 		defer t.Stop()
+		wake := r.LaneWake()
+		var n, rings uint32
+		parked := false // at the last beat
 		for {
-			r.Heartbeat().Add(1)
+			n = (n + 1) &^ fastpath.BeatPaused
+			r.Heartbeat().Store(n)
 			select {
 			case <-t.C:
 			case <-done:
 				return
 			}
+			if pause == nil {
+				continue
+			}
+			awake, _ := wake.Awake()
+			was, before := parked, rings
+			parked, rings = !awake, wake.Rings()
+			if !was || !parked || rings != before {
+				continue
+			}
+			// The executor reads paused after it marks itself awake, and this reads its
+			// awake word after setting paused: one of the two sees the other.
+			pause.paused.Store(true)
+			if awake, _ := wake.Awake(); awake && pause.paused.CompareAndSwap(true, false) {
+				parked = false
+				continue
+			}
+			r.Heartbeat().Store(n | fastpath.BeatPaused)
+			t.Stop()
+			select {
+			case <-pause.resume: // woke took the pause back
+			case <-done:
+				return
+			}
+			t.Reset(period)
+			parked = false
 		}
 	}()
 	return func() {
 		close(done)
 		<-finished
+	}
+}
+
+// beatPause is how a lane's executor restarts its paused heartbeat.
+type beatPause struct {
+	paused atomic.Bool
+	resume chan struct{}
+}
+
+func newBeatPause() *beatPause { return &beatPause{resume: make(chan struct{}, 1)} }
+
+// woke is the executor's Woke: one load on each wake-up, a send when the beat was paused.
+func (p *beatPause) woke() {
+	if p.paused.Load() && p.paused.CompareAndSwap(true, false) {
+		p.resume <- struct{}{}
 	}
 }
 
