@@ -107,9 +107,17 @@ func TestHelperManyTasksHost(t *testing.T) {
 		fmt.Println("kill:", err)
 		return
 	}
-	for e := range events {
-		if e.Lane == 0 && e.Incarnation == 1 && e.To == knit.StateReady {
-			break
+	// Bounded, so that a lane that does not come back is a report, not a hung test.
+	back := time.NewTimer(3 * time.Minute)
+	defer back.Stop()
+	for ready := false; !ready; {
+		select {
+		case e := <-events:
+			ready = e.Lane == 0 && e.Incarnation >= 1 && e.To == knit.StateReady
+		case <-back.C:
+			recent, _ := p.RecentEvents(0)
+			fmt.Printf("lane 0 not ready again 3 minutes after its kill: %+v\nevents: %+v\n", p.Stats().Lanes, recent)
+			return
 		}
 	}
 	call(manyTaskCount / 2)
@@ -129,7 +137,12 @@ func TestManyTasksProcessPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^TestHelperManyTasksHost$", "-test.count=1", "-test.v")
+	// A helper that hangs dumps its goroutines (SIGQUIT) into the output logged below.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestHelperManyTasksHost$", "-test.count=1", "-test.v")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = time.Minute
 	cmd.Env = append(os.Environ(), envManyTasks+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
