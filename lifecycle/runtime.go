@@ -222,7 +222,7 @@ type process struct {
 	mem   *Memory
 	proc  *Process
 	ready chan struct{}
-	spare bool // it was a spare: initialised already, it is ready within Liveness
+	spare bool // it was a spare: initialised already (AwaitReady)
 }
 
 func (p *process) Region() *fastpath.Region  { return p.mem.Region }
@@ -252,11 +252,35 @@ func (p *process) Poll() {
 	}
 }
 
-// AwaitReady implements Incarnation.
+// AwaitReady implements Incarnation. A spare has initialised before it was taken, so it is
+// ready within Liveness, unless it has a large boot record to read (a pool of many tasks) on
+// a loaded machine: at each Liveness that it is not, the host looks at it, gives up on one
+// that is stopped (SIGSTOP: it would make the restart wait for nothing), and lets one that
+// runs have up to StartupTimeout, as a spawned process has. (Giving every spare only
+// Liveness killed the spares of a race-built pool of 100,000 tasks one after another.)
 func (p *process) AwaitReady(ended <-chan struct{}) bool {
 	timeout := p.rt.StartupTimeout
 	if p.spare && p.rt.Liveness > 0 {
-		timeout = min(timeout, p.rt.Liveness)
+		start := time.Now()
+		for {
+			left := timeout - time.Since(start)
+			if left <= 0 || waitFor(min(p.rt.Liveness, left), p.ready, ended) {
+				break
+			}
+			if frozen(p.PID()) {
+				p.proc.Kill(Exit{Startup: time.Since(start).Round(time.Millisecond)})
+				<-ended
+				return false
+			}
+		}
+		select {
+		case <-p.ready:
+			return true
+		case <-ended:
+			return false
+		default:
+		}
+		timeout = max(timeout-time.Since(start), time.Millisecond)
 	}
 	return p.proc.AwaitReady(p.ready, ended, timeout)
 }
