@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -140,10 +139,12 @@ func TestRecycleMaxCallsProcess(t *testing.T) {
 }
 
 // A process lane whose resident memory grows past MaxLaneMemory is recycled (a planned
-// replacement, not a crash), counted in Stats, and the pool serves on.
+// replacement, not a crash), counted in Stats, and the pool serves on. Liveness is the
+// default: with 600 ms, a race-built lane touching 192 MiB beside CI's other test binaries
+// once went 800 ms without a heartbeat and was killed as unresponsive.
 func TestRecycleMaxLaneMemory(t *testing.T) {
 	w := newLifeWatch()
-	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), OnEvent: w.on, Liveness: 600 * time.Millisecond,
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), OnEvent: w.on,
 		Process: knit.ProcessConfig{MaxLaneMemory: 160 << 20}}, grow, add)
 	if _, err := grow.Call(context.Background(), p, 192); err != nil {
 		t.Fatal(err)
