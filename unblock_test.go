@@ -23,18 +23,7 @@ func TestCallsMoveFromBehindALongCall(t *testing.T) {
 	// With one lane nothing moves: they wait behind the long call, in the lane's ring and,
 	// past its 32 slots, in the host's backlog.
 	const n = 100
-	futs := make([]*knit.Future[int64], n)
-	for i := range futs {
-		futs[i] = add.Go(context.Background(), p, [2]int64{int64(i), 1})
-	}
-	if err := p.Resize(context.Background(), 2); err != nil {
-		t.Fatal(err)
-	}
-	for i, f := range futs {
-		if v, err := settle(t, fmt.Sprintf("call %d queued behind the long call", i), f); err != nil || v != int64(i+1) {
-			t.Fatalf("call %d queued behind the long call: %d, %v", i, v, err)
-		}
-	}
+	queueBehindAndMove(t, p, n)
 	select {
 	case <-long.Done():
 		_, err := long.Wait()
@@ -47,6 +36,24 @@ func TestCallsMoveFromBehindALongCall(t *testing.T) {
 	cancel()
 	if _, err := long.Wait(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the long call after its cancellation: %v, want CANCELED", err)
+	}
+}
+
+// queueBehindAndMove queues n calls on a one-lane pool whose lane runs a long call, adds a
+// second lane, and waits for every queued call to settle right (moved to the new lane).
+func queueBehindAndMove(t *testing.T, p *knit.Pool, n int) {
+	t.Helper()
+	futs := make([]*knit.Future[int64], n)
+	for i := range futs {
+		futs[i] = add.Go(context.Background(), p, [2]int64{int64(i), 1})
+	}
+	if err := p.Resize(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range futs {
+		if v, err := settle(t, fmt.Sprintf("call %d queued behind the long call", i), f); err != nil || v != int64(i+1) {
+			t.Fatalf("call %d queued behind the long call: %d, %v", i, v, err)
+		}
 	}
 }
 
@@ -69,18 +76,7 @@ func TestCallsMoveFromBehindALongCallAfterIdle(t *testing.T) {
 	defer cancel()
 	long := runningCall(t, ctx, p)
 	const n = 50
-	futs := make([]*knit.Future[int64], n)
-	for i := range futs {
-		futs[i] = add.Go(context.Background(), p, [2]int64{int64(i), 1})
-	}
-	if err := p.Resize(context.Background(), 2); err != nil {
-		t.Fatal(err)
-	}
-	for i, f := range futs {
-		if v, err := settle(t, fmt.Sprintf("call %d queued behind the long call", i), f); err != nil || v != int64(i+1) {
-			t.Fatalf("call %d queued behind the long call: %d, %v", i, v, err)
-		}
-	}
+	queueBehindAndMove(t, p, n)
 	if got := p.Stats().Lanes[0].Moved; got != n {
 		t.Errorf("the long call's lane moved %d calls, want %d", got, n)
 	}
