@@ -82,6 +82,8 @@ type Executor struct {
 	last    uint64         // the sequence number of the last call of its own ring it started
 	chunk   *atomic.Uint64 // the region's chunk word (process lanes)
 	mark    func(int)      // markChunk
+	// ranChunk says the last call run was a chunk (SpinOne counts it as many calls).
+	ranChunk bool
 	// chunkSeq is the sequence number of the call it runs, 0 for one claimed from the shared ring.
 	chunkSeq uint64
 	busy     bool // the running word says busy
@@ -289,7 +291,9 @@ func (e *Executor) Run() error {
 				return err
 			}
 		}
-		if n == 1 {
+		// A chunk (a Map's, or calls a node packed) is many calls: a lane fed a chunk at a
+		// time is fed windows, and a spin after each would take the core its feeder needs.
+		if n == 1 && !e.ranChunk {
 			ones++
 		} else {
 			ones = 0
@@ -564,6 +568,7 @@ func (e *Executor) runEncoded(t Def, in []byte, abortBit int, deadline int64) ([
 	if !chunk {
 		out, o = t.RunEncoded(ctx, in, e.scratch[:0])
 	}
+	e.ranChunk = chunk
 	end()
 	e.scratch = out[:0]
 	if len(out) > limit && o != OK {
