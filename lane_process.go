@@ -81,7 +81,7 @@ func (l *lane) bootRecord() lifecycle.Boot {
 		MaxCall: cfg.Payload.MaxCall, Spin: int64(l.p.laneSpin(l.Idx)), SpinOne: int64(l.p.laneSpinOne(l.Idx)), Park: int64(parkSafetyNet),
 		Beat:  int64(cfg.Liveness / beatsPerLiveness),
 		Epoch: l.p.epoch.UnixNano(), Debug: l.p.laneDebug, PanicCrash: cfg.PanicCrashesLane,
-		Carry: cfg.Propagator != nil, Timed: l.p.obs.timed() || l.p.pace != nil, // pace: notePace
+		Carry: cfg.Propagator != nil, Timed: l.p.obs.timed() || l.p.pace != nil || cfg.node, // pace: notePace; a node's: packable
 		Limits: l.p.limits.boot,
 	}
 	boot.Sandbox = laneSandbox(cfg)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -175,6 +176,15 @@ func (n *node) session(o *remote.Open) (remote.LaneHost, error) {
 		raws[t.Index] = rd
 		defs = append(defs, rd)
 	}
+	for _, rd := range raws { // a task's calls pack into chunks of its twin (packCalls)
+		if t, ok := rd.real.(interface{ Twin() actors.Def }); ok {
+			for _, tw := range raws {
+				if tw.real == t.Twin() {
+					rd.twin, tw.of = tw, rd
+				}
+			}
+		}
+	}
 	switch {
 	case len(wrong) > 0:
 		return nil, fmt.Errorf("the node's binary does not match the host's: %s", strings.Join(wrong, "; "))
@@ -196,7 +206,8 @@ func (n *node) session(o *remote.Open) (remote.LaneHost, error) {
 		}
 		return nil, err
 	}
-	return &nodeHost{n: n, p: p, raws: raws, lanes: map[*nodeLane]struct{}{}}, nil
+	return &nodeHost{n: n, p: p, raws: raws, lanes: map[*nodeLane]struct{}{},
+		noPack: cfg.PanicCrashesLane || cfg.Propagator != nil, maxCall: int(o.MaxCall), packBelow: packBelow}, nil
 }
 
 // nodeSpinOne is how long a node's lane whose calls come one at a time polls for the next,
@@ -226,6 +237,12 @@ type nodeHost struct {
 	n    *node
 	p    *Pool
 	raws map[uint32]*rawDef // by the host's function index
+	// Packing (packable): a session whose panics crash lanes, or whose inputs open with
+	// carried context fields, packs no call; a chunk's input is at most maxCall bytes.
+	noPack    bool
+	maxCall   int
+	packBelow time.Duration // packBelow (tests raise it)
+	packs     atomic.Uint64 // chunks of calls packed (logged when the session ends)
 
 	mu       sync.Mutex
 	lanes    map[*nodeLane]struct{}
@@ -297,6 +314,7 @@ func (h *nodeHost) Close() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // nothing is left to wait for
 	_ = h.p.Close(ctx)
+	h.n.root.Debug("host session ended", zap.String("pool", h.p.Name()), zap.Uint64("chunks_packed", h.packs.Load()))
 }
 
 // A nodeLane is one of the host's lanes on this node: a process lane of the node's pool.
@@ -322,7 +340,8 @@ type nodeLane struct {
 var neverDone = make(chan struct{})
 
 // Submit implements remote.NodeLane: a frame's calls go to the lane's ring together, with
-// one publication and at most one wake-up of the lane (actors.HostRing.SubmitBatch).
+// one publication and at most one wake-up of the lane (actors.HostRing.SubmitBatch), and a
+// run of quick calls of one task as one call of its twin (packable).
 func (nl *nodeLane) Submit(cs []remote.Call) error {
 	calls, recs := nl.calls[:0], nl.recs[:0]
 	defer func() { // kept for the next frame, holding nothing of this one
@@ -332,15 +351,28 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 	}()
 	var now time.Time
 	unknown := false
-	for _, c := range cs {
+	for i := 0; i < len(cs); {
+		c := &cs[i]
 		rd := nl.h.raws[c.Fn]
 		if rd == nil {
 			// A function the handshake did not name: the call fails, the lane is sound.
 			nl.out.Result(&remote.Result{Seq: c.Seq, Outcome: uint32(actors.BadInput),
 				Payload: actors.EncodeWireError(nil, actors.CodeUnsupportedType, fmt.Sprintf("function %d is not served here", c.Fn))})
 			unknown = true
+			i++
 			continue
 		}
+		if k := nl.h.packable(cs[i:]); k > 1 {
+			r := rd.twin.alloc(nl, c.Seq)
+			r.packed(cs[i : i+k])
+			nl.h.packs.Add(1)
+			calls = append(calls, actors.Call{Def: rd.twin, ID: r.id, Gen: r.gen.Load(), Lane: &r.lane, Abort: &r.abort,
+				Seq: &r.seq, Payload: r.packIn, Done: neverDone})
+			recs = append(recs, r)
+			i += k
+			continue
+		}
+		i++
 		r := rd.alloc(nl, c.Seq)
 		call := actors.Call{Def: rd, ID: r.id, Gen: r.gen.Load(), Lane: &r.lane, Abort: &r.abort, Seq: &r.seq,
 			Payload: c.Payload, Done: neverDone}
@@ -361,12 +393,8 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	nl.mu.Lock()
-	for _, r := range recs {
-		nl.bySeq[r.hostSeq] = r
-	}
-	nl.mu.Unlock()
-	if len(calls) == 1 {
+	nl.hold(recs)
+	if len(cs) == 1 {
 		nl.ones++
 	} else {
 		nl.ones = 0
@@ -377,22 +405,11 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 	// A lane that polls for its calls, one at a time, answers a quick one within
 	// microseconds: its result is awaited here (awaitOne). Otherwise the reaper is rung to
 	// linger for the results while the lane wakes and runs them.
-	await := polling && taken == 1 && !nl.l.rang.Load()
+	await := polling && len(calls) == 1 && taken == 1 && !nl.l.rang.Load()
 	if taken > 0 && !await {
 		nl.l.expectResults()
 	}
-	if taken < len(calls) {
-		// The lane has ended (its report says these had not started), or, which the
-		// node's backlog (two windows) rules out, it is full.
-		nl.mu.Lock()
-		for _, r := range recs[taken:] {
-			delete(nl.bySeq, r.hostSeq)
-		}
-		nl.mu.Unlock()
-		for _, r := range recs[taken:] {
-			r.def.release(r)
-		}
-	}
+	nl.untaken(recs[taken:])
 	if await && !nl.awaitOne(recs[0]) {
 		nl.l.expectResults()
 	}
@@ -402,6 +419,176 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 		}
 	}
 	return err
+}
+
+// hold notes the calls of recs as the lane's, by their host sequence numbers.
+func (nl *nodeLane) hold(recs []*rawRec) {
+	nl.mu.Lock()
+	defer nl.mu.Unlock()
+	for _, r := range recs {
+		if r.pack == nil {
+			nl.bySeq[r.hostSeq] = r
+		}
+		for _, seq := range r.pack {
+			nl.bySeq[seq] = r
+		}
+	}
+}
+
+// untaken lets go of calls the lane's ring did not take: the lane has ended (its report
+// says these had not started), or, which the node's backlog (two windows) rules out, it is
+// full.
+func (nl *nodeLane) untaken(recs []*rawRec) {
+	if len(recs) == 0 {
+		return
+	}
+	nl.mu.Lock()
+	for _, r := range recs {
+		delete(nl.bySeq, r.hostSeq)
+		for _, seq := range r.pack {
+			delete(nl.bySeq, seq)
+		}
+	}
+	nl.mu.Unlock()
+	for _, r := range recs {
+		r.def.release(r)
+	}
+}
+
+// Packing: a node's lane runs a host's calls one slot each, and a slot costs the lane and
+// the node's agent about as much as a quick task's run. So a run of calls of one task in a
+// frame, each quick (the task's pace, as the lane times it, at most packBelow), goes to the
+// lane as one call of the task's twin (a chunk, as Map's), which runs them one after the
+// other; its result splits into theirs here. What that changes for them:
+//   - their results leave together, once the last has run: a call waits for the ones packed
+//     before it (at most maxPack × packBelow, at the pace last seen);
+//   - when the lane dies running the chunk, the calls of it that had finished are in doubt
+//     with the one it was running (their results died with it), where alone they would have
+//     been answered;
+//   - an element the chunk did not start (its result would have grown past half the call
+//     limit) runs again alone on the lane, after calls sent later.
+//
+// Only calls that nothing can interrupt pack: no deadline, no Cancel (remote.Call.NoCancel),
+// no HardTimeout (a chunk's is its own); and none in a session whose panics crash lanes (a
+// panic would take its finished neighbours' results along) or whose inputs carry context
+// fields (a chunk's input has one set).
+const (
+	maxPack   = 64
+	packBelow = 10 * time.Microsecond
+)
+
+// packable is how many of cs, from the first, may run as one chunk (0 or 1: the first runs
+// alone).
+func (h *nodeHost) packable(cs []remote.Call) int {
+	rd := h.raws[cs[0].Fn]
+	if rd.twin == nil || h.noPack || rd.real.Options().HardTimeout > 0 {
+		return 0
+	}
+	if pace := rd.pace.Load(); pace == 0 || pace > int64(h.packBelow) {
+		return 0 // unknown yet (the first calls run alone and tell), or slow
+	}
+	size, k := 4, 0 // the count, then each input with its length (actors.chunkIn)
+	for k < min(len(cs), maxPack) {
+		c := &cs[k]
+		if c.Fn != cs[0].Fn || c.Timeout != 0 || !c.NoCancel || size+4+len(c.Payload) > h.maxCall {
+			break
+		}
+		size += 4 + len(c.Payload)
+		k++
+	}
+	return k
+}
+
+// packed makes r the chunk of calls cs: their sequence numbers, and the twin's input.
+func (r *rawRec) packed(cs []remote.Call) {
+	size := 4
+	for i := range cs {
+		size += 4 + len(cs[i].Payload)
+	}
+	in := make([]byte, 0, size) // the ring's backlog may keep it: never reused
+	in = binary.LittleEndian.AppendUint32(in, uint32(len(cs)))
+	r.pack = make([]uint64, len(cs))
+	for i := range cs {
+		r.pack[i] = cs[i].Seq
+		in = binary.LittleEndian.AppendUint32(in, uint32(len(cs[i].Payload)))
+		in = append(in, cs[i].Payload...)
+	}
+	r.packIn = in
+}
+
+// unpack hands the host the results of a chunk of calls (pack, packIn, of task rd) that
+// the lane answered with outcome o and payload: a chunk's result (actors.ChunkResults)
+// when o is OK. An element the chunk did not start runs again alone.
+func (nl *nodeLane) unpack(rd *rawDef, pack []uint64, packIn []byte, o actors.Outcome, ran uint64, payload []byte) {
+	per := ran / uint64(len(pack))
+	rd.notePace(per)
+	var again []int
+	switch o {
+	case actors.OK:
+		n, entries := actors.ChunkResults(payload)
+		if n != len(pack) {
+			nl.failPack(pack, fmt.Sprintf("a chunk of %d calls answered with %d results", len(pack), n))
+			return
+		}
+		i := 0
+		for e, err := range entries {
+			if err != nil {
+				nl.failPack(pack[i:], "the chunk's result did not decode: "+err.Error())
+				return
+			}
+			if e.Outcome == actors.Stale {
+				again = append(again, i)
+			} else {
+				nl.result(pack[i], e.Outcome, per, e.Payload())
+			}
+			i++
+		}
+	case actors.Stale: // none started
+		for i := range pack {
+			again = append(again, i)
+		}
+	default: // the chunk failed as a whole: each call with its error
+		for _, seq := range pack {
+			nl.result(seq, o, per, payload)
+		}
+	}
+	if len(again) > 0 {
+		nl.runAlone(rd, pack, packIn, again)
+	}
+}
+
+// failPack fails calls of a chunk whose result broke its framing (the lane process wrote it).
+func (nl *nodeLane) failPack(seqs []uint64, why string) {
+	nl.h.n.root.Warn("a lane broke the chunk protocol", zap.Int32("lane_key", nl.l.key), zap.String("error", why))
+	for _, seq := range seqs {
+		nl.result(seq, actors.BadOutput, 0, actors.EncodeWireError(nil, string(CodeWorkerCrashed), why))
+	}
+}
+
+// runAlone submits elements idx of a chunk again, each a call of its own, from a goroutine
+// of its own: the drainer that settled the chunk must not wait for the ring's submitters.
+func (nl *nodeLane) runAlone(rd *rawDef, pack []uint64, packIn []byte, idx []int) {
+	ins := make([][]byte, len(pack))
+	b := packIn[4:]
+	for i := range ins { // framed by packed
+		n := binary.LittleEndian.Uint32(b)
+		ins[i], b = b[4:4+n], b[4+n:]
+	}
+	calls, recs := make([]actors.Call, len(idx)), make([]*rawRec, len(idx))
+	for j, i := range idx {
+		r := rd.alloc(nl, pack[i])
+		recs[j] = r
+		calls[j] = actors.Call{Def: rd, ID: r.id, Gen: r.gen.Load(), Lane: &r.lane, Abort: &r.abort, Seq: &r.seq,
+			Payload: ins[i], Done: neverDone}
+	}
+	nl.hold(recs)
+	go func() {
+		taken, _ := nl.l.ring.SubmitBatch(calls)
+		if taken > 0 {
+			nl.l.expectResults()
+		}
+		nl.untaken(recs[taken:])
+	}()
 }
 
 // watchHard kills the lane once call r has run on it for its task's HardTimeout, measured
@@ -461,7 +648,7 @@ func (nl *nodeLane) Cancel(seq uint64) {
 	nl.mu.Lock()
 	r := nl.bySeq[seq]
 	nl.mu.Unlock()
-	if r != nil {
+	if r != nil && r.pack == nil { // a chunk's calls are ones the host said no Cancel names
 		nl.l.raiseAbort(r.abort.Load(), r.def.Index(), r.id)
 	}
 }
@@ -532,6 +719,11 @@ func (nl *nodeLane) watch() {
 // records, which tell each result and each lane end which host call it was.
 type rawDef struct {
 	real actors.Def
+	twin *rawDef // its twin, which carries packed calls (nil: none served)
+	of   *rawDef // a twin's: the task it packs calls of
+	// pace is how long its calls run, in nanoseconds (0: not known yet), as the lane times
+	// them (a chunk: its run over its elements): packable reads it.
+	pace atomic.Int64
 
 	mu   sync.Mutex
 	recs []*rawRec
@@ -547,6 +739,10 @@ type rawRec struct {
 	seq     atomic.Uint64 // its sequence number on the node's lane
 	owner   *nodeLane
 	hostSeq uint64
+	// A chunk of calls (packable): their host sequence numbers (hostSeq is the first's),
+	// and the twin's input, their inputs.
+	pack   []uint64
+	packIn []byte
 }
 
 func (d *rawDef) actorsDef() actors.Def { return d }
@@ -566,8 +762,21 @@ func (d *rawDef) alloc(owner *nodeLane, hostSeq uint64) *rawRec {
 	r.lane.Store(-1)
 	r.abort.Store(-1)
 	r.seq.Store(0)
-	r.owner, r.hostSeq = owner, hostSeq
+	r.owner, r.hostSeq, r.pack, r.packIn = owner, hostSeq, nil, nil
 	return r
+}
+
+// notePace adds a call that ran ran nanoseconds (0: not timed) to the task's pace: half
+// way to it, so that a task that turns slow stops packing within a chunk or two.
+func (d *rawDef) notePace(ran uint64) {
+	if ran == 0 {
+		return
+	}
+	v := int64(min(ran, uint64(time.Second)))
+	if old := d.pace.Load(); old != 0 {
+		v = old + (v-old)/2
+	}
+	d.pace.Store(v)
 }
 
 func (d *rawDef) release(r *rawRec) {
@@ -611,8 +820,13 @@ func (d *rawDef) SettleResult(_ uint64, lane int32, id, gen uint32, o actors.Out
 	if r == nil {
 		return fmt.Errorf("result for call %d/%d of task %q, which this lane does not hold", id, gen, d.Name())
 	}
-	nl, seq := r.owner, r.hostSeq
+	nl, seq, pack, packIn := r.owner, r.hostSeq, r.pack, r.packIn
 	d.release(r)
+	if pack != nil {
+		nl.unpack(d.of, pack, packIn, o, ran, payload)
+		return nil
+	}
+	d.notePace(ran)
 	nl.result(seq, o, ran, payload)
 	return nil
 }
@@ -630,9 +844,24 @@ func (d *rawDef) FailLane(e actors.LaneEnd) int {
 	d.mu.Unlock()
 	for _, r := range held {
 		seq := r.seq.Load()
-		nl, hostSeq := r.owner, r.hostSeq
+		nl, hostSeq, pack := r.owner, r.hostSeq, r.pack
 		d.release(r)
-		nl.lost(hostSeq, seq != 0 && seq <= e.Started, chunkBegan(e.Chunk, seq))
+		started := seq != 0 && seq <= e.Started
+		if pack == nil {
+			nl.lost(hostSeq, started, chunkBegan(e.Chunk, seq))
+			continue
+		}
+		// A chunk of calls: those it had started, by its chunk word, if it was running
+		// (else none, or, when it had finished, every one: their results died with it).
+		began := 0
+		if started {
+			if began = chunkBegan(e.Chunk, seq); began < 0 || seq < e.Started {
+				began = len(pack)
+			}
+		}
+		for i, hs := range pack {
+			nl.lost(hs, i < began, -1)
+		}
 	}
 	return len(held)
 }
@@ -663,10 +892,15 @@ func (d *rawDef) Withdraw(e actors.LaneEnd) int {
 	}
 	d.mu.Unlock()
 	for _, r := range taken {
-		nl, hostSeq := r.owner, r.hostSeq
+		nl, seqs := r.owner, r.pack
+		if seqs == nil {
+			seqs = []uint64{r.hostSeq}
+		}
 		d.release(r)
-		nl.result(hostSeq, actors.Failed, 0, actors.EncodeWireError(nil, string(CodeWorkerCrashed),
-			"the node's pool took the call back from its lane (a bug of knit's: node pools move no call)"))
+		for _, hs := range seqs {
+			nl.result(hs, actors.Failed, 0, actors.EncodeWireError(nil, string(CodeWorkerCrashed),
+				"the node's pool took the call back from its lane (a bug of knit's: node pools move no call)"))
+		}
 	}
 	return len(taken)
 }

@@ -674,7 +674,7 @@ func (c *incarnation) forward() bool {
 			break
 		}
 		seq := s.Seq()
-		call := Call{Seq: seq, Fn: s.Fn(), Payload: p}
+		call := Call{Seq: seq, Fn: s.Fn(), NoCancel: s.Abort() == 0, Payload: p}
 		if dl := s.Deadline(); dl != 0 {
 			if call.Timeout = time.Duration(dl - now); call.Timeout <= 0 {
 				call.Timeout = -1

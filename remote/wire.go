@@ -23,7 +23,7 @@ import (
 
 // Version is the wire protocol's version: host and node refuse each other's frames when it
 // differs.
-const Version = 2 // 2: Ended carries Began
+const Version = 3 // 2: Ended carries Began; 3: Call carries NoCancel
 
 // Kind is what a frame carries.
 type Kind uint8
@@ -350,7 +350,10 @@ type Call struct {
 	// Timeout is how long the caller still waited when the host sent it (0: no deadline;
 	// negative: none left): the node's clock sets the deadline from it, as clocks differ.
 	Timeout time.Duration
-	Payload []byte // the encoded input
+	// NoCancel says its caller cannot give up on it (its context has no Done channel): no
+	// Cancel will name it, so the node may run it in one chunk with the calls beside it.
+	NoCancel bool
+	Payload  []byte // the encoded input
 }
 
 // AppendCall appends a call to a Calls frame.
@@ -358,6 +361,7 @@ func AppendCall(dst []byte, c *Call) []byte {
 	dst = binary.AppendUvarint(dst, c.Seq)
 	dst = binary.AppendUvarint(dst, uint64(c.Fn))
 	dst = binary.AppendVarint(dst, int64(c.Timeout))
+	dst = appendBool(dst, c.NoCancel)
 	return appendBytes(dst, c.Payload)
 }
 
@@ -383,6 +387,7 @@ func (it *Items) Call() (c Call) {
 		return c
 	}
 	c.Seq, c.Fn, c.Timeout = it.d.uv(), it.d.u32(), time.Duration(it.d.sv())
+	c.NoCancel = it.d.byte1() != 0
 	c.Payload = it.d.bytes(MaxPayload)
 	return c
 }

@@ -42,7 +42,7 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Errorf("failed: %s %s %v", code, msg, err)
 	}
 
-	calls := []Call{{Seq: 1, Fn: 3, Timeout: time.Second, Payload: []byte("in")}, {Seq: 1 << 40, Fn: 0, Timeout: -1}, {Seq: 3, Payload: bytes.Repeat([]byte{7}, 1000)}}
+	calls := []Call{{Seq: 1, Fn: 3, Timeout: time.Second, Payload: []byte("in")}, {Seq: 1 << 40, Fn: 0, Timeout: -1}, {Seq: 3, NoCancel: true, Payload: bytes.Repeat([]byte{7}, 1000)}}
 	b := h(KindCalls)
 	for i := range calls {
 		b = AppendCall(b, &calls[i])
@@ -50,7 +50,7 @@ func TestWireRoundTrip(t *testing.T) {
 	it := parse(b, KindCalls).Items()
 	for i := 0; it.More(); i++ {
 		c := it.Call()
-		if c.Seq != calls[i].Seq || c.Fn != calls[i].Fn || c.Timeout != calls[i].Timeout || !bytes.Equal(c.Payload, calls[i].Payload) {
+		if c.Seq != calls[i].Seq || c.Fn != calls[i].Fn || c.Timeout != calls[i].Timeout || c.NoCancel != calls[i].NoCancel || !bytes.Equal(c.Payload, calls[i].Payload) {
 			t.Errorf("call %d: %+v", i, c)
 		}
 	}
