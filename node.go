@@ -241,7 +241,7 @@ type nodeHost struct {
 	// carried context fields, packs no call; a chunk's input is at most maxCall bytes.
 	noPack    bool
 	maxCall   int
-	packBelow time.Duration // packBelow (tests raise it)
+	packBelow time.Duration // packBelow's, when the session began
 	packs     atomic.Uint64 // chunks of calls packed (logged when the session ends)
 
 	mu       sync.Mutex
@@ -472,10 +472,11 @@ func (nl *nodeLane) untaken(recs []*rawRec) {
 // no HardTimeout (a chunk's is its own); and none in a session whose panics crash lanes (a
 // panic would take its finished neighbours' results along) or whose inputs carry context
 // fields (a chunk's input has one set).
-const (
-	maxPack   = 64
-	packBelow = 10 * time.Microsecond
-)
+const maxPack = 64
+
+// packBelow is the longest a task's calls may run to pack (a var: the tests' nodes pack
+// at any pace).
+var packBelow = 10 * time.Microsecond
 
 // packable is how many of cs, from the first, may run as one chunk (0 or 1: the first runs
 // alone).

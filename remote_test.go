@@ -64,6 +64,7 @@ func TestRemoteNodeHelper(t *testing.T) {
 	enc.TimeKey = ""
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(os.Stdout), zapcore.DebugLevel))
 	cfg := knit.NodeConfig{Addr: addr, Logger: log, Liveness: 2 * time.Second}
+	knit.PackAtAnyPace() // so that the calls that may pack do, and the tests exercise it
 	if dir := os.Getenv(envNodeTLS); dir != "" {
 		cfg.TLS = loadTLS(t, dir, "node")
 	}
@@ -358,6 +359,13 @@ func TestRemoteWindow(t *testing.T) {
 	}
 	if m := knit.RemoteMissedWakes(p); m != 0 {
 		t.Errorf("the heartbeat woke a forwarder that had slept through calls %d times", m)
+	}
+	// The window's calls (no deadline, no cancel) packed on the node.
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := nodes[0].await(`"host session ended"`); !strings.Contains(l, `"chunks_packed":`) || strings.Contains(l, `"chunks_packed":0`) {
+		t.Errorf("the node packed no call: %s", l)
 	}
 }
 
