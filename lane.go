@@ -671,6 +671,10 @@ func (l *lane) Settle(le *lifecycle.Error, release bool) {
 			word := l.Region().Running().Load()
 			end.Started, end.Chunk = fastpath.Started(word), l.Region().Chunk().Load()
 			l.diedRunning.Store(fastpath.Busy(word))
+			// A lane runs its calls in order: what it had started is exact, unless its end
+			// was inferred (a remote lane on a lost node).
+			x, ok := l.Run().(interface{ Inferred() bool })
+			end.Exact = !ok || !x.Inferred()
 		}
 	}
 	held := 0

@@ -444,6 +444,55 @@ func TestFailLanePoisonAfterSecondDeath(t *testing.T) {
 	task.Records.Release(r)
 }
 
+// With an exact end (a lane that runs its calls in order and says which it was running), a
+// call before the one running had finished, its result lost: it runs again without counting
+// a death, so a second death does not make it poison; the running one counts as before.
+// Without Exact, every started call counts.
+func TestFailLaneExactCountsTheRunningCallOnly(t *testing.T) {
+	for _, exact := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			task := defineTest(t, double, Options{Idempotent: true})
+			finished := publishedAs(startCall(t, task, context.Background(), 1, 1, 0), 4)
+			running := publishedAs(startCall(t, task, context.Background(), 2, 1, 0), 5)
+			e := newLaneEnd(1, 0, 5, true)
+			e.Exact = exact
+			task.FailLane(e.LaneEnd)
+			if len(e.retries) != 2 || !finished.Pending() || !running.Pending() {
+				t.Fatalf("%d retries, want both calls requeued", len(e.retries))
+			}
+			if want := map[bool]uint8{false: 1, true: 0}[exact]; finished.deaths != want || running.deaths != 1 {
+				t.Fatalf("deaths: finished %d (want %d), running %d (want 1)", finished.deaths, want, running.deaths)
+			}
+			// Both start on lane 1, which dies running the second of them.
+			for i, r := range []*Record[int, int]{finished, running} {
+				r.Lane.Store(1)
+				r.Seq.Store(uint64(2 + i))
+			}
+			second := newLaneEnd(1, 1, 3, true)
+			second.Exact = exact
+			task.FailLane(second.LaneEnd)
+			<-running.Done()
+			if ee := endErrOf(t, running.Err); !ee.poison {
+				t.Fatalf("the call running at both deaths failed with %+v, want poison", ee)
+			}
+			if exact {
+				if len(second.retries) != 1 || !finished.Pending() {
+					t.Fatalf("a call that had finished before both deaths: %d retries, pending %v", len(second.retries), finished.Pending())
+				}
+				second.retries[0].Fail(errors.New("done"))
+			}
+			<-finished.Done()
+			if !exact {
+				if ee := endErrOf(t, finished.Err); !ee.poison {
+					t.Fatalf("without Exact, a call started at both deaths failed with %+v, want poison", ee)
+				}
+			}
+			task.Records.Release(finished)
+			task.Records.Release(running)
+		})
+	}
+}
+
 // Calls that cannot run again fail instead: the pool is closing, the caller gave up, or the
 // call already settled.
 func TestFailLaneNoRequeue(t *testing.T) {

@@ -974,6 +974,12 @@ type LaneEnd struct {
 	// Chunk is the lane's chunk word (fastpath.Region.Chunk) when it ended: how many of the
 	// elements of the Map chunk it was running had started.
 	Chunk uint64
+	// Exact says Started names the one call the lane may have been running when it died:
+	// a call before it that the lane still holds had finished, its result lost with the lane
+	// (a node's lane dies running a chunk of packed calls), so it is in doubt but did not
+	// kill the lane, and counts no death towards poison. Not set when what had started is
+	// inferred (a lost node: any call sent may have been running).
+	Exact bool
 	// Release is false for a lane that may still be running (abandoned): its calls all fail
 	// and their records are never reused.
 	Release bool
@@ -1066,11 +1072,12 @@ func (t *Task[In, Out]) FailLane(e LaneEnd) int {
 			r.Fail(e.Err(started, false))
 			return
 		}
-		poison := started && r.deaths > 0
+		suspect := started && !(e.Exact && e.Shared == nil && seq < e.Started) // it may have killed the lane
+		poison := suspect && r.deaths > 0
 		again := e.Release && e.Requeue != nil && r.Pending() && r.ctx.Err() == nil &&
 			(!started || t.opts.Idempotent && !poison)
 		if again {
-			if started {
+			if suspect {
 				r.deaths++
 			}
 			r.Lane.Store(-1)

@@ -76,6 +76,7 @@ type incarnation struct {
 	acked     bool
 	abortSeen atomic.Uint32 // the region's abort counter when the forwarder last looked
 	abortFlag atomic.Bool   // the link saw the abort counter move
+	inferred  atomic.Bool   // at its end: what had started was inferred (Inferred)
 
 	// The link's own (checkStalled): whether its last look found the forwarder parked
 	// with calls it could send, and the request ring's consumer word then.
@@ -100,7 +101,11 @@ func (c *incarnation) Remote() bool              { return true }
 func (c *incarnation) Ready() <-chan struct{}    { return c.ready }
 func (c *incarnation) Poll()                     {}
 func (c *incarnation) PID() int                  { return 0 }
-func (c *incarnation) Close()                    {}
+
+// Inferred reports whether what the lane had started when it ended was inferred by the host
+// (its node was lost), not reported by its node: then any call sent may have been running.
+func (c *incarnation) Inferred() bool { return c.inferred.Load() }
+func (c *incarnation) Close()         {}
 
 // Node is the address of the node the incarnation runs on.
 func (c *incarnation) Node() string { return c.k.addr }
@@ -312,6 +317,9 @@ type end struct {
 	started uint64
 	busy    bool
 	chunk   uint64 // the chunk word of the busy call, if a Map chunk (fastpath.ChunkWord); 0: none
+	// reported: the node said how the lane ended and which call it was running; else the
+	// host inferred it (every call sent may have been running).
+	reported bool
 }
 
 // run is the forwarder.
@@ -559,7 +567,7 @@ func (c *incarnation) broke(what string) *end {
 
 // ended is the lane's end as its node reports it.
 func (c *incarnation) ended(r Ended, hardWhy string) *end {
-	e := &end{err: &lifecycle.Error{Lane: c.idx}, normal: r.Normal, started: min(r.Started, c.lastSent), busy: r.Busy}
+	e := &end{err: &lifecycle.Error{Lane: c.idx}, normal: r.Normal, started: min(r.Started, c.lastSent), busy: r.Busy, reported: true}
 	if r.Busy && r.Began >= 0 && r.Started <= c.lastSent {
 		e.chunk = fastpath.ChunkWord(r.Started, r.Began)
 	}
@@ -789,6 +797,7 @@ func (c *incarnation) finish(e *end) {
 	}
 	c.region.Running().Store(fastpath.RunningWord(e.started, e.busy))
 	c.region.Chunk().Store(e.chunk) // what the node's lane process left, as a process lane's own
+	c.inferred.Store(!e.reported)
 	if c.session != (Session{}) {
 		c.n.forget(c)
 	}
