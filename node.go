@@ -176,7 +176,7 @@ func (n *node) session(o *remote.Open) (remote.LaneHost, error) {
 		raws[t.Index] = rd
 		defs = append(defs, rd)
 	}
-	for _, rd := range raws { // a task's calls pack into chunks of its twin (packCalls)
+	for _, rd := range raws { // a task's calls pack into chunks of its twin (packable)
 		if t, ok := rd.real.(interface{ Twin() actors.Def }); ok {
 			for _, tw := range raws {
 				if tw.real == t.Twin() {

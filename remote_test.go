@@ -1079,3 +1079,56 @@ func TestRemoteLaneLife(t *testing.T) {
 	}
 	addConcurrentlyRemote(t, p, 100)
 }
+
+// TestRemotePackedLaneCrash: a node's lane process dies running a chunk of packed calls (the
+// test nodes pack whatever the pace). Every call settles; the ones that fail had started (the
+// call that crashed the lane, and, unless Idempotent, those packed before it, whose results
+// died with the lane) and fail WORKER_CRASHED or POISON_CALL; no call sent after the crash
+// fails (it had not started: it runs elsewhere); with Idempotent only the crashing call fails.
+func TestRemotePackedLaneCrash(t *testing.T) {
+	nodes := startNodes(t, 2)
+	ctx := context.Background()
+	for k, task := range []*knit.Task[int, int]{mapCrash, mapCrashIdempotent} {
+		p := remotePool(t, knit.Config{Lanes: 2}, nodes[k:k+1], task)
+		// The node learns the task's pace from a call of its own.
+		if v, err := task.Call(ctx, p, 14); err != nil || v != 14*14 {
+			t.Fatalf("%s: %d, %v", task.Name(), v, err)
+		}
+		const n, at = 400, 200
+		futs := make([]*knit.Future[int], n)
+		for i := range futs {
+			x := i + 14
+			if i == at {
+				x = 13 // crashes its lane
+			}
+			futs[i] = task.Go(ctx, p, x)
+		}
+		var failed []int
+		for i, f := range futs {
+			v, err := f.Wait()
+			if err == nil {
+				if x := i + 14; v != x*x {
+					t.Errorf("%s: call %d: %d, want %d", task.Name(), i, v, x*x)
+				}
+				continue
+			}
+			var ke *knit.Error
+			if !errors.As(err, &ke) || ke.Code != knit.CodeWorkerCrashed && ke.Code != knit.CodePoisonCall || !ke.Started {
+				t.Errorf("%s: call %d: %v", task.Name(), i, err)
+			}
+			failed = append(failed, i)
+		}
+		switch {
+		case len(failed) == 0 || failed[len(failed)-1] != at:
+			t.Errorf("%s: failed %v, want the calls up to %d", task.Name(), failed, at)
+		case task == mapCrashIdempotent && len(failed) != 1:
+			t.Errorf("%s: failed %v, want %d alone", task.Name(), failed, at)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l := nodes[k].await(`"host session ended"`); strings.Contains(l, `"chunks_packed":0`) {
+			t.Errorf("%s: the node packed no call: %s", task.Name(), l)
+		}
+	}
+}
