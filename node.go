@@ -524,8 +524,10 @@ func (nl *nodeLane) unpack(rd *rawDef, pack []uint64, packIn []byte, o actors.Ou
 	per := ran / uint64(len(pack))
 	rd.notePace(per)
 	var again []int
-	switch o {
-	case actors.OK:
+	switch {
+	case o > actors.BadOutput: // the lane wrote it: no outcome a chunk answers with
+		nl.failPack(pack, fmt.Sprintf("a chunk answered with outcome %d", o))
+	case o == actors.OK:
 		n, entries := actors.ChunkResults(payload)
 		if n != len(pack) {
 			nl.failPack(pack, fmt.Sprintf("a chunk of %d calls answered with %d results", len(pack), n))
@@ -537,6 +539,10 @@ func (nl *nodeLane) unpack(rd *rawDef, pack []uint64, packIn []byte, o actors.Ou
 				nl.failPack(pack[i:], "the chunk's result did not decode: "+err.Error())
 				return
 			}
+			if e.Outcome > actors.BadOutput {
+				nl.failPack(pack[i:], fmt.Sprintf("element %d of the chunk answered with outcome %d", i, e.Outcome))
+				return
+			}
 			if e.Outcome == actors.Stale {
 				again = append(again, i)
 			} else {
@@ -544,7 +550,7 @@ func (nl *nodeLane) unpack(rd *rawDef, pack []uint64, packIn []byte, o actors.Ou
 			}
 			i++
 		}
-	case actors.Stale: // none started
+	case o == actors.Stale: // none started
 		for i := range pack {
 			again = append(again, i)
 		}

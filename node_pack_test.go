@@ -3,7 +3,9 @@ package knit
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,5 +235,43 @@ func TestNodePackedElementRunsAgainAlone(t *testing.T) {
 	}
 	if h.packs.Load() != 1 {
 		t.Errorf("%d chunks, want 1", h.packs.Load())
+	}
+}
+
+// A chunk's result is the lane process's writing: an outcome no call answers with, or a
+// result that breaks the chunk's framing, fails the calls it names (BadOutput, WORKER_CRASHED)
+// rather than reaching the host, which would take the node for a protocol breaker.
+func TestNodeUnpackRefusesBadOutcomes(t *testing.T) {
+	entry := func(b []byte, o actors.Outcome, payload string) []byte {
+		b = append(b, byte(o))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
+		return append(b, payload...)
+	}
+	ok := entry(binary.LittleEndian.AppendUint32(nil, 3), actors.OK, "a")
+	for name, tc := range map[string]struct {
+		o       actors.Outcome
+		payload []byte
+		good    int // results passed on as the lane wrote them, from the first
+	}{
+		"element outcome": {actors.OK, entry(entry(ok, actors.Failed, "b"), 200, "c"), 2},
+		"chunk outcome":   {actors.Withdrawn, nil, 0},
+		"short result":    {actors.OK, ok, 1},
+		"framing":         {actors.OK, append(entry(ok, actors.OK, "b"), 1, 2), 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := newPackOut()
+			nl := &nodeLane{h: &nodeHost{n: &node{root: zap.NewNop()}}, l: &lane{}, out: out, bySeq: map[uint64]*rawRec{}}
+			nl.unpack(&rawDef{}, []uint64{1, 2, 3}, nil, tc.o, 0, tc.payload)
+			if len(out.results) != 3 {
+				t.Fatalf("%d results for 3 calls", len(out.results))
+			}
+			for i, seq := range []uint64{1, 2, 3} {
+				r := out.results[seq]
+				bad := actors.Outcome(r.Outcome) == actors.BadOutput && strings.Contains(string(r.Payload), string(CodeWorkerCrashed))
+				if i < tc.good == bad {
+					t.Errorf("call %d: outcome %d, %q", seq, r.Outcome, r.Payload)
+				}
+			}
+		})
 	}
 }

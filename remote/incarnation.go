@@ -101,11 +101,11 @@ func (c *incarnation) Remote() bool              { return true }
 func (c *incarnation) Ready() <-chan struct{}    { return c.ready }
 func (c *incarnation) Poll()                     {}
 func (c *incarnation) PID() int                  { return 0 }
+func (c *incarnation) Close()                    {}
 
 // Inferred reports whether what the lane had started when it ended was inferred by the host
 // (its node was lost), not reported by its node: then any call sent may have been running.
 func (c *incarnation) Inferred() bool { return c.inferred.Load() }
-func (c *incarnation) Close()         {}
 
 // Node is the address of the node the incarnation runs on.
 func (c *incarnation) Node() string { return c.k.addr }
