@@ -328,10 +328,11 @@ type nodeLane struct {
 	ones     int                // frames of a single call in a row (Submit's, one goroutine)
 	calls    []actors.Call      // Submit's scratch: a frame's calls, and their records
 	recs     []*rawRec
-	done     uint64 // the highest host sequence number it answered
-	started  uint64 // at its end: the highest one it had started
-	busy     bool   // at its end: a call was running
-	began    int    // at its end: of that call, if a Map chunk, the elements started; else -1
+	rs       []remote.Result // unpack's scratch (its lane's drainer: one at a time)
+	done     uint64          // the highest host sequence number it answered
+	started  uint64          // at its end: the highest one it had started
+	busy     bool            // at its end: a call was running
+	began    int             // at its end: of that call, if a Map chunk, the elements started; else -1
 	reported chan struct{}
 }
 
@@ -356,7 +357,7 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 		rd := nl.h.raws[c.Fn]
 		if rd == nil {
 			// A function the handshake did not name: the call fails, the lane is sound.
-			nl.out.Result(&remote.Result{Seq: c.Seq, Outcome: uint32(actors.BadInput),
+			nl.out.Result(remote.Result{Seq: c.Seq, Outcome: uint32(actors.BadInput),
 				Payload: actors.EncodeWireError(nil, actors.CodeUnsupportedType, fmt.Sprintf("function %d is not served here", c.Fn))})
 			unknown = true
 			i++
@@ -533,22 +534,38 @@ func (nl *nodeLane) unpack(rd *rawDef, pack []uint64, packIn []byte, o actors.Ou
 			nl.failPack(pack, fmt.Sprintf("a chunk of %d calls answered with %d results", len(pack), n))
 			return
 		}
-		i := 0
+		// The results go together (one lock each side, not one per call), once all decoded.
+		rs, i, why := nl.rs[:0], 0, ""
 		for e, err := range entries {
 			if err != nil {
-				nl.failPack(pack[i:], "the chunk's result did not decode: "+err.Error())
-				return
+				why = "the chunk's result did not decode: " + err.Error()
+				break
 			}
 			if e.Outcome > actors.BadOutput {
-				nl.failPack(pack[i:], fmt.Sprintf("element %d of the chunk answered with outcome %d", i, e.Outcome))
-				return
+				why = fmt.Sprintf("element %d of the chunk answered with outcome %d", i, e.Outcome)
+				break
 			}
 			if e.Outcome == actors.Stale {
 				again = append(again, i)
 			} else {
-				nl.result(pack[i], e.Outcome, per, e.Payload())
+				rs = append(rs, remote.Result{Seq: pack[i], Outcome: uint32(e.Outcome), Ran: per, Payload: e.Payload()})
 			}
 			i++
+		}
+		nl.results(rs)
+		clear(rs) // the payloads are the ring's
+		nl.rs = rs[:0]
+		if why != "" { // with the elements left to run again: the chunk is not to be trusted
+			fail := pack[i:]
+			if len(again) > 0 {
+				fail = make([]uint64, 0, len(again)+len(pack)-i)
+				for _, k := range again {
+					fail = append(fail, pack[k])
+				}
+				fail = append(fail, pack[i:]...)
+			}
+			nl.failPack(fail, why)
+			return
 		}
 	case o == actors.Stale: // none started
 		for i := range pack {
@@ -674,12 +691,23 @@ func (nl *nodeLane) Stop(kill bool, reason string) {
 func (nl *nodeLane) PID() int { return nl.l.PID() }
 
 // result hands the host a call's result (its payload in shared memory: Result copies it).
+// results is result for each of rs, in order.
+func (nl *nodeLane) results(rs []remote.Result) {
+	nl.mu.Lock()
+	for i := range rs {
+		delete(nl.bySeq, rs[i].Seq)
+		nl.done = max(nl.done, rs[i].Seq)
+	}
+	nl.mu.Unlock()
+	nl.out.Results(rs)
+}
+
 func (nl *nodeLane) result(seq uint64, o actors.Outcome, ran uint64, payload []byte) {
 	nl.mu.Lock()
 	delete(nl.bySeq, seq)
 	nl.done = max(nl.done, seq)
 	nl.mu.Unlock()
-	nl.out.Result(&remote.Result{Seq: seq, Outcome: uint32(o), Ran: ran, Payload: payload})
+	nl.out.Result(remote.Result{Seq: seq, Outcome: uint32(o), Ran: ran, Payload: payload})
 }
 
 // lost notes a call the lane held when it ended; began is, for a Map chunk it had started,

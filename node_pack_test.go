@@ -44,11 +44,14 @@ func newPackOut() *packOut {
 	return &packOut{results: map[uint64]remote.Result{}, more: make(chan struct{}, 1), ended: make(chan remote.Ended, 1)}
 }
 
-func (o *packOut) Result(r *remote.Result) {
+func (o *packOut) Result(r remote.Result) { o.Results([]remote.Result{r}) }
+
+func (o *packOut) Results(rs []remote.Result) {
 	o.mu.Lock()
-	c := *r
-	c.Payload = bytes.Clone(r.Payload)
-	o.results[r.Seq] = c
+	for _, r := range rs {
+		r.Payload = bytes.Clone(r.Payload)
+		o.results[r.Seq] = r
+	}
 	o.mu.Unlock()
 	select {
 	case o.more <- struct{}{}:
@@ -240,7 +243,8 @@ func TestNodePackedElementRunsAgainAlone(t *testing.T) {
 
 // A chunk's result is the lane process's writing: an outcome no call answers with, or a
 // result that breaks the chunk's framing, fails the calls it names (BadOutput, WORKER_CRASHED)
-// rather than reaching the host, which would take the node for a protocol breaker.
+// rather than reaching the host, which would take the node for a protocol breaker; the
+// results before the break go on as they are.
 func TestNodeUnpackRefusesBadOutcomes(t *testing.T) {
 	entry := func(b []byte, o actors.Outcome, payload string) []byte {
 		b = append(b, byte(o))
@@ -257,6 +261,8 @@ func TestNodeUnpackRefusesBadOutcomes(t *testing.T) {
 		"chunk outcome":   {actors.Withdrawn, nil, 0},
 		"short result":    {actors.OK, ok, 1},
 		"framing":         {actors.OK, append(entry(ok, actors.OK, "b"), 1, 2), 2},
+		// An element the chunk did not start, then a break: it fails too, not left hanging.
+		"stale, then framing": {actors.OK, append(entry(ok, actors.Stale, ""), 1, 2), 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := newPackOut()

@@ -49,7 +49,9 @@ type NodeLane interface {
 // has (a drained batch), so that a batch leaves in one frame without a hand-off to another
 // goroutine; Ended is the lane's last report, and sends what Result holds before it.
 type LaneOut interface {
-	Result(r *Result)
+	Result(r Result)
+	// Results is Result for each of rs, in order, at the cost of one.
+	Results(rs []Result)
 	Flush()
 	Ended(e *Ended)
 }
@@ -400,18 +402,20 @@ func (s *session) poke() {
 
 // result appends a result of lane id to the outbox: to the lane's open Results frame, or a
 // new one. It goes with the lane's next Flush (or its end report).
-func (s *session) result(id laneID, r *Result) {
+func (s *session) result(id laneID, rs ...Result) {
 	s.mu.Lock()
 	if s.open == nil {
 		s.open = map[laneID]int{}
 	}
 	i, ok := s.open[id]
-	if !ok || len(s.out[i]) >= FrameTarget {
-		s.out = append(s.out, AppendHeader(make([]byte, 0, 512), KindResults, s.id, id.lane, id.inc))
-		i = len(s.out) - 1
-		s.open[id] = i
+	for k := range rs {
+		if !ok || len(s.out[i]) >= FrameTarget {
+			s.out = append(s.out, AppendHeader(make([]byte, 0, 512), KindResults, s.id, id.lane, id.inc))
+			i, ok = len(s.out)-1, true
+			s.open[id] = i
+		}
+		s.out[i] = AppendResult(s.out[i], &rs[k])
 	}
-	s.out[i] = AppendResult(s.out[i], r)
 	s.mu.Unlock()
 }
 
@@ -523,7 +527,10 @@ func (l *nodeLane) stop(kill bool, reason string) {
 }
 
 // Result implements LaneOut.
-func (l *nodeLane) Result(r *Result) { l.s.result(l.id, r) }
+func (l *nodeLane) Result(r Result) { l.s.result(l.id, r) }
+
+// Results implements LaneOut.
+func (l *nodeLane) Results(rs []Result) { l.s.result(l.id, rs...) }
 
 // Flush implements LaneOut.
 func (l *nodeLane) Flush() { l.s.send() }
