@@ -292,3 +292,12 @@ func LaneBeat(p *Pool, i int) (uint32, bool) {
 // PackAtAnyPace has the nodes this process serves pack calls whatever their tasks' pace
 // (the remote tests' nodes: a race-built lane's quick call can take longer than packBelow).
 func PackAtAnyPace() { packBelow = time.Hour }
+
+// RemoteWidestForward is the most calls a remote pool's lane forwarder has sent at once
+// (remote.Nodes.Widest); 0 for a pool of another runtime.
+func RemoteWidestForward(p *Pool) int64 {
+	if n, ok := p.runtime.(interface{ Widest() int64 }); ok {
+		return n.Widest()
+	}
+	return 0
+}

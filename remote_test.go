@@ -310,7 +310,7 @@ func TestRemoteAnswers(t *testing.T) {
 }
 
 // TestRemoteWindow keeps a window of 1024 futures in flight over two remote lanes, each
-// settled future replaced by a new call at once, so that each lane's window of 32 calls on
+// settled future replaced by a new call at once, so that each lane's window of 256 calls on
 // its node fills and drains thousands of times with calls waiting behind it: every call
 // settles with its own result, and no forwarder needed the heartbeat's backstop to wake.
 // (It hung when a forward filled the window to its last slot and the forwarder parked
@@ -359,6 +359,11 @@ func TestRemoteWindow(t *testing.T) {
 	}
 	if m := knit.RemoteMissedWakes(p); m != 0 {
 		t.Errorf("the heartbeat woke a forwarder that had slept through calls %d times", m)
+	}
+	// Calls wait in the lanes' backlogs whenever a window is full: once half of it is free,
+	// the forwarder sends that half at once, refilling its 32-slot ring as it goes.
+	if wide := knit.RemoteWidestForward(p); wide <= 32 {
+		t.Errorf("a forwarder sent at most %d calls at once, want more than a ring's 32", wide)
 	}
 	// The window's calls (no deadline, no cancel) packed on the node.
 	if err := p.Close(ctx); err != nil {

@@ -75,12 +75,18 @@ type Nodes struct {
 	wg   sync.WaitGroup
 
 	missed atomic.Uint64 // wakes the forwarders lost, caught by the heartbeat (checkStalled)
+	widest atomic.Int64  // the most calls a forward has sent at once (Widest)
 }
 
 // Missed is how many times a lane's forwarder slept through calls it could send until the
 // heartbeat woke it: a lost wake, which the doorbell protocol should never have. Tests
 // assert it stays 0.
 func (n *Nodes) Missed() uint64 { return n.missed.Load() }
+
+// Widest is the most calls one forward has sent (in one frame, unless it passed
+// FrameTarget): more than a ring's 32 once a forwarder refills its ring from the lane's
+// backlog as it goes. Tests assert it.
+func (n *Nodes) Widest() int64 { return n.widest.Load() }
 
 type incKey struct {
 	s         Session

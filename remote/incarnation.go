@@ -665,9 +665,27 @@ func (c *incarnation) forward() bool {
 	var mask uint32
 	var cancels []byte // calls whose callers gave up before they were sent
 	now := time.Now().UnixNano()
+	freed, sentNow := false, int64(0)
 	// Next, not Slots: a slot left for later must stay the next one, or calls would leave
 	// out of order.
-	for m := pending; m != 0 && room > 0; {
+	for m := pending; ; {
+		if m == 0 || room <= 0 {
+			c.req.Retire(mask)
+			freed = freed || mask != 0
+			// Calls left waiting for room: the endpoint's actor rings once results free enough.
+			if c.starved = mask != pending; c.starved || c.byteBound || c.launch.Refill == nil || items == 0 {
+				break
+			}
+			// The ring was emptied into the frame: calls waiting in the lane's backlog go in
+			// the same frame (a ring holds 32; the node packs a frame's calls into chunks).
+			c.mu.Unlock()
+			c.launch.Refill()
+			c.mu.Lock()
+			if pending, mask = c.req.Poll(), 0; pending == 0 {
+				break
+			}
+			m = pending
+		}
 		i := c.req.Next(m)
 		m &^= 1 << i
 		s := c.req.Slot(i)
@@ -679,7 +697,8 @@ func (c *incarnation) forward() bool {
 		}
 		if !c.fits(len(p)) {
 			c.byteBound = true // until results free bytes (publishLocked)
-			break
+			m = 0
+			continue
 		}
 		seq := s.Seq()
 		call := Call{Seq: seq, Fn: s.Fn(), NoCancel: s.Abort() == 0, Payload: p}
@@ -704,14 +723,14 @@ func (c *incarnation) forward() bool {
 		mask |= 1 << i
 		room--
 		items++
+		sentNow++
 		if len(frame) >= FrameTarget {
 			c.send(frame)
 			frame, items = c.header(KindCalls), 0
 		}
 	}
-	c.req.Retire(mask)
-	// Calls left waiting for room: the endpoint's actor rings once results free enough.
-	c.starved = mask != pending
+	for w := c.n.widest.Load(); sentNow > w && !c.n.widest.CompareAndSwap(w, sentNow); w = c.n.widest.Load() {
+	}
 	if items > 0 {
 		stamp.S(stamp.CallsSending)
 		c.send(frame)
@@ -720,7 +739,7 @@ func (c *incarnation) forward() bool {
 	if cancels != nil {
 		c.send(cancels)
 	}
-	return mask != 0
+	return freed
 }
 
 // cancelAborted sends the node the calls whose abort bits the pool raised (their callers
