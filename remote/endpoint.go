@@ -97,6 +97,8 @@ const (
 	keepaliveTime = 10 * time.Second // grpc-go's minimum
 	keepaliveWait = 2 * time.Second
 	dialTimeout   = 5 * time.Second
+	// memberThroughput is how many messages a member's actor takes before it yields.
+	memberThroughput = 300
 )
 
 // frameType is the only protobuf message type an endpoint accepts.
@@ -159,11 +161,14 @@ func Join(cfg EndpointConfig) (*Member, error) {
 		name = fmt.Sprintf("%s-%d", HostName, process.seq)
 	}
 	m := &Member{e: e, name: name, onFrame: cfg.OnFrame, onLost: cfg.OnLost}
+	// The synchronized dispatcher runs the actor on the goroutine that posts to its mailbox
+	// (the connection's reader, for frames): OnFrame does not block. protoactor's default
+	// starts a goroutine per burst of messages, which grows a fresh stack every time.
 	props := actor.PropsFromFunc(func(c actor.Context) {
 		if b, ok := c.Message().(*wrapperspb.BytesValue); ok {
 			m.deliver(b.Value)
 		}
-	})
+	}, actor.WithDispatcher(actor.NewSynchronizedDispatcher(memberThroughput)))
 	pid, err := e.sys.Root.SpawnNamed(props, name)
 	if err != nil {
 		if process.refs == 0 {
