@@ -556,15 +556,11 @@ func (nl *nodeLane) unpack(rd *rawDef, pack []uint64, packIn []byte, o actors.Ou
 		clear(rs) // the payloads are the ring's
 		nl.rs = rs[:0]
 		if why != "" { // with the elements left to run again: the chunk is not to be trusted
-			fail := pack[i:]
-			if len(again) > 0 {
-				fail = make([]uint64, 0, len(again)+len(pack)-i)
-				for _, k := range again {
-					fail = append(fail, pack[k])
-				}
-				fail = append(fail, pack[i:]...)
+			var fail []uint64
+			for _, k := range again {
+				fail = append(fail, pack[k])
 			}
-			nl.failPack(fail, why)
+			nl.failPack(append(fail, pack[i:]...), why)
 			return
 		}
 	case o == actors.Stale: // none started
@@ -690,7 +686,6 @@ func (nl *nodeLane) Stop(kill bool, reason string) {
 // PID implements remote.NodeLane.
 func (nl *nodeLane) PID() int { return nl.l.PID() }
 
-// result hands the host a call's result (its payload in shared memory: Result copies it).
 // results is result for each of rs, in order.
 func (nl *nodeLane) results(rs []remote.Result) {
 	nl.mu.Lock()
@@ -702,6 +697,7 @@ func (nl *nodeLane) results(rs []remote.Result) {
 	nl.out.Results(rs)
 }
 
+// result hands the host a call's result (its payload in shared memory: Result copies it).
 func (nl *nodeLane) result(seq uint64, o actors.Outcome, ran uint64, payload []byte) {
 	nl.mu.Lock()
 	delete(nl.bySeq, seq)

@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,6 +72,10 @@ const (
 	// nodeLaneSpinEnv sets the knit node's NodeConfig.LaneSpin (a duration), to compare a
 	// spinning node with the default (none): KNIT_BENCH_NODE_LANE_SPIN=50us.
 	nodeLaneSpinEnv = "KNIT_BENCH_NODE_LANE_SPIN"
+	// nodeProcsEnv sets the knit node child's GOMAXPROCS (the harness's own is the
+	// GOMAXPROCS variable, which the child inherits unless this is set):
+	// KNIT_BENCH_NODE_GOMAXPROCS=1, to see what the Go scheduler costs on a small machine.
+	nodeProcsEnv = "KNIT_BENCH_NODE_GOMAXPROCS"
 )
 
 func remoteScenarios() []scenario {
@@ -203,6 +209,14 @@ func (n *nodeChild) stop() {
 func knitNodeMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	if v := os.Getenv(nodeProcsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fmt.Fprintln(os.Stderr, "knit node:", nodeProcsEnv, "wants a positive integer, not", v)
+			return 1
+		}
+		runtime.GOMAXPROCS(n)
+	}
 	cfg := knit.NodeConfig{Addr: "127.0.0.1:0", Logger: quietLogger(),
 		Ready: func(addr string) { fmt.Printf("listening %s\n", addr) }}
 	if v := os.Getenv(nodeLaneSpinEnv); v != "" {
