@@ -220,7 +220,7 @@ func (c *incarnation) checkStalled() {
 	c.mu.Lock()
 	room := c.sendable()
 	c.mu.Unlock()
-	if room == 0 { // parked on purpose: results ring it once room frees
+	if room <= 0 { // parked on purpose: results ring it once room frees
 		c.stall = false
 		return
 	}
@@ -261,7 +261,7 @@ func (c *incarnation) work() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	room := c.sendable()
-	if calls && room == 0 {
+	if calls && room <= 0 {
 		// The forwarder parks with calls waiting and no room in its window: it is starved,
 		// and the endpoint's actor must ring it once results free room (results). Without
 		// the mark, a window filled to the last slot by a forward that sent every call it
@@ -673,7 +673,8 @@ func (c *incarnation) forward() bool {
 			c.req.Retire(mask)
 			freed = freed || mask != 0
 			// Calls left waiting for room: the endpoint's actor rings once results free enough.
-			if c.starved = mask != pending; c.starved || c.byteBound || c.launch.Refill == nil || items == 0 {
+			// Nor with the window full: a refill's calls would go past it.
+			if c.starved = mask != pending; c.starved || room <= 0 || c.byteBound || c.launch.Refill == nil || items == 0 {
 				break
 			}
 			// The ring was emptied into the frame: calls waiting in the lane's backlog go in

@@ -126,3 +126,45 @@ func TestResultsRingTheDirectWaiter(t *testing.T) {
 		t.Fatalf("published %d results, the ring holds %b; want 1", n, got)
 	}
 }
+
+// A forward whose last call polled fills the window exactly takes no refill from the
+// backlog: it once did, and sent the refill's first call past the window. With more calls
+// out than the window, room() was negative, which work() did not take for a full window:
+// the forwarder parked unmarked as starved, results freed the window without ringing it,
+// and its calls waited for the heartbeat's stall check (a second's stall, found by a
+// 1024-future stress test).
+func TestForwardStopsAtTheWindow(t *testing.T) {
+	c, _ := heapIncarnation(t, fastpath.Layout{})
+	c.n = &Nodes{ep: &Member{e: &Endpoint{closed: true}}} // frames go nowhere
+	c.k = &link{}
+	reqs := c.region.Requests().Producer()
+	seq := uint64(Window - 4) // hold numbers its calls from 1
+	publish := func(n int) {
+		for range n {
+			i, ok := reqs.Reserve()
+			if !ok {
+				t.Fatal("the request ring is full")
+			}
+			reqs.Empty(i)
+			seq++
+			reqs.Slot(i).SetSeq(seq)
+			reqs.Stage(i)
+		}
+		reqs.Flush()
+	}
+	hold(c, Window-4, 0)
+	c.pending = nil
+	publish(4)
+	refills := 0
+	c.launch.Refill = func() { refills++; publish(4) } // the backlog has more
+	c.forward()
+	if c.nOut != Window || refills != 0 {
+		t.Fatalf("%d calls out after a forward with room for 4 (window %d), %d refills; want %d and none",
+			c.nOut, Window, refills, Window)
+	}
+	publish(4)
+	if c.work() || !c.starved {
+		t.Fatalf("calls waiting with the window full: work %v, starved %v; want false, true (results ring a starved forwarder)",
+			c.work(), c.starved)
+	}
+}
