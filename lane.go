@@ -123,7 +123,7 @@ func (l *lane) start() error {
 		Spare: l.Inc > 0 || l.p.up.Load(),
 	}
 	if l.ring != nil {
-		launch.Refill = l.ring.FlushBacklogs
+		launch.Refill, launch.Drain = l.ring.FlushBacklogs, l.drain
 	}
 	if s := l.p.shared; s != nil {
 		if l.cid = s.join(l); l.cid >= 0 && s.mp != nil { // a process lane maps the ring's memfd

@@ -110,6 +110,11 @@ type Launch struct {
 	// incarnation has freed. A remote lane's forwarder calls it after it sends: the results
 	// whose drain refills a local lane's ring are a network round trip away. Nil: none.
 	Refill func()
+	// Drain settles the results on the lane's return ring, as the pool's reaper does, and
+	// reports how many; 0 when another goroutine is draining it. A remote lane's receiver
+	// calls it when results find the ring full, rather than hand them to the reaper and
+	// wait for it. Nil: none.
+	Drain func() int
 	// End is called once the incarnation has ended, with its classified end; normal: it
 	// ended on its own with success.
 	End func(e *Error, normal bool)

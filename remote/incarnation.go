@@ -527,6 +527,18 @@ func (c *incarnation) results(f Frame) {
 		c.brokeWhy = "results that do not decode: " + err.Error()
 	}
 	published := c.publishLocked()
+	for len(c.pending) > 0 && c.brokeWhy == "" && c.launch.Drain != nil {
+		// The return ring is full (it holds 32, a frame may carry a window's worth): settle
+		// what it holds here, rather than ring the pool's reaper and have it ring the
+		// forwarder to publish the rest, a hand-off for every 32 results.
+		c.mu.Unlock()
+		drained := c.launch.Drain()
+		c.mu.Lock()
+		if drained == 0 || c.over || len(c.pending) == 0 {
+			break
+		}
+		published += c.publishLocked()
+	}
 	// A forwarder waiting for room in its window is rung once half the window is free, or
 	// nothing is left on the node: rung for every result, it would send a frame a call.
 	room := c.starved && published > 0 && c.sendable() > 0
