@@ -526,18 +526,22 @@ func (c *incarnation) results(f Frame) {
 	if err := it.Err(); err != nil && c.brokeWhy == "" {
 		c.brokeWhy = "results that do not decode: " + err.Error()
 	}
+	// The results are settled here, on the ring as published, rather than by the pool's
+	// reaper after a hand-off to it for each frame, and a frame larger than the ring (it
+	// holds 32, a frame up to a window) is published a ring at a time, rather than relayed
+	// by the reaper and the forwarder 32 results at a time. What is left on the ring (another
+	// goroutine was draining it) is the reaper's: left rings it.
 	published := c.publishLocked()
-	for len(c.pending) > 0 && c.brokeWhy == "" && c.launch.Drain != nil {
-		// The return ring is full (it holds 32, a frame may carry a window's worth): settle
-		// what it holds here, rather than ring the pool's reaper and have it ring the
-		// forwarder to publish the rest, a hand-off for every 32 results.
+	left := published > 0
+	for left && c.brokeWhy == "" && c.launch.Drain != nil {
 		c.mu.Unlock()
 		drained := c.launch.Drain()
 		c.mu.Lock()
-		if drained == 0 || c.over || len(c.pending) == 0 {
+		if drained == 0 || c.over {
 			break
 		}
-		published += c.publishLocked()
+		n := c.publishLocked()
+		published, left = published+n, n > 0
 	}
 	// A forwarder waiting for room in its window is rung once half the window is free, or
 	// nothing is left on the node: rung for every result, it would send a frame a call.
@@ -546,8 +550,13 @@ func (c *incarnation) results(f Frame) {
 	stop := published > 0 && c.nOut == 0 && c.region.Stop().Load() == fastpath.StopRequested
 	wake := c.brokeWhy != "" || len(c.pending) > 0 || room || stop
 	c.mu.Unlock()
+	if left {
+		c.region.Returns().Completion().Signal(c.doneBell)
+	}
 	if published > 0 {
-		c.signalDone()
+		// A caller alone on the lane waits on the direct doorbell for its result, drained
+		// or not: it looks at its call when it wakes.
+		c.region.Returns().Direct().Signal(c.dirBell)
 		stamp.S(stamp.HostPublished)
 	}
 	if wake {
