@@ -3,6 +3,8 @@ package remote
 import (
 	"context"
 	"fmt"
+	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -367,10 +369,30 @@ func (c *incarnation) serve() *end {
 	c.launch.Debug("lane opened on its node", zap.String("node", c.k.addr))
 	for {
 		c.wake.Park(c.laneBell, c.work, c.parkTimeout())
+		if c.gather() {
+			// Let the callers the last results woke submit first: their calls then leave
+			// in one frame. (A goroutine readied by a submitter's ring runs before the
+			// submitter's peers: woken by the first caller, the forwarder sent a frame a
+			// call for as long as the window had room, docs/remote.md.)
+			runtime.Gosched()
+		}
 		if e := c.step(); e != nil {
 			return e
 		}
 	}
+}
+
+// gather reports whether the forwarder, woken, should let other goroutines run before it
+// forwards: a few calls wait, and calls are out on the node, whose results wake their
+// callers, who are about to submit more. A lone caller's call (nothing out) goes at once,
+// and so does a ring half full or more, or a window with no room.
+func (c *incarnation) gather() bool {
+	if n := bits.OnesCount32(c.req.Poll()); n == 0 || n >= fastpath.Slots/2 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nOut > 0 && c.sendable() > 0
 }
 
 // hasRoom reports whether results waiting for room on the return ring may find some now:

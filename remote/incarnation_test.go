@@ -137,21 +137,7 @@ func TestForwardStopsAtTheWindow(t *testing.T) {
 	c, _ := heapIncarnation(t, fastpath.Layout{})
 	c.n = &Nodes{ep: &Member{e: &Endpoint{closed: true}}} // frames go nowhere
 	c.k = &link{}
-	reqs := c.region.Requests().Producer()
-	seq := uint64(Window - 4) // hold numbers its calls from 1
-	publish := func(n int) {
-		for range n {
-			i, ok := reqs.Reserve()
-			if !ok {
-				t.Fatal("the request ring is full")
-			}
-			reqs.Empty(i)
-			seq++
-			reqs.Slot(i).SetSeq(seq)
-			reqs.Stage(i)
-		}
-		reqs.Flush()
-	}
+	publish := calls(t, c, Window-4) // hold numbers its calls from 1
 	hold(c, Window-4, 0)
 	c.pending = nil
 	publish(4)
@@ -166,5 +152,50 @@ func TestForwardStopsAtTheWindow(t *testing.T) {
 	if c.work() || !c.starved {
 		t.Fatalf("calls waiting with the window full: work %v, starved %v; want false, true (results ring a starved forwarder)",
 			c.work(), c.starved)
+	}
+}
+
+// calls returns a function that publishes n calls on c's request ring, numbered on from
+// seq, as the pool does.
+func calls(t *testing.T, c *incarnation, seq uint64) func(n int) {
+	reqs := c.region.Requests().Producer()
+	return func(n int) {
+		for range n {
+			i, ok := reqs.Reserve()
+			if !ok {
+				t.Fatal("the request ring is full")
+			}
+			reqs.Empty(i)
+			seq++
+			reqs.Slot(i).SetSeq(seq)
+			reqs.Stage(i)
+		}
+		reqs.Flush()
+	}
+}
+
+// A forwarder woken for a few calls while others are out on the node lets the callers their
+// results wake submit first (gather), so that their calls leave in one frame; without it,
+// fewer callers than the window got a frame a call (docs/remote.md). A lone caller's call,
+// a ring half full and a full window go at once.
+func TestForwarderGathers(t *testing.T) {
+	c, _ := heapIncarnation(t, fastpath.Layout{})
+	publish := calls(t, c, Window)
+	publish(1)
+	if c.gather() {
+		t.Fatal("the forwarder holds back a lone caller's call")
+	}
+	hold(c, 8, 0)
+	c.pending = nil
+	if !c.gather() {
+		t.Fatal("woken for one call with 8 out, the forwarder does not let the others submit")
+	}
+	publish(fastpath.Slots/2 - 1)
+	if c.gather() {
+		t.Fatal("the forwarder holds back a ring half full")
+	}
+	hold(c, Window-8, 0)
+	if c.gather() {
+		t.Fatal("the forwarder yields with no room to send")
 	}
 }
