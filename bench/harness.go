@@ -161,11 +161,14 @@ func takeFailure() error {
 }
 
 // runInFlight runs body from enough goroutines that inFlightTarget calls
-// are outstanding at once (RunParallel starts parallelism*GOMAXPROCS
-// goroutines).
-func runInFlight(b *testing.B, body func(pb *testing.PB)) {
+// are outstanding at once.
+func runInFlight(b *testing.B, body func(pb *testing.PB)) { runGoroutines(b, inFlightTarget, body) }
+
+// runGoroutines runs body from about n goroutines (RunParallel starts
+// parallelism*GOMAXPROCS goroutines).
+func runGoroutines(b *testing.B, n int, body func(pb *testing.PB)) {
 	procs := runtime.GOMAXPROCS(0)
-	b.SetParallelism((inFlightTarget + procs - 1) / procs)
+	b.SetParallelism((n + procs - 1) / procs)
 	b.RunParallel(body)
 }
 

@@ -186,13 +186,19 @@ func setupKnitRoundTrip(cfg knit.Config) (func(*testing.B), func() error, error)
 // setupKnitInFlight: runInFlight goroutines each make one blocking
 // Task.Call after another.
 func setupKnitInFlight(cfg knit.Config) (func(*testing.B), func() error, error) {
+	return setupKnitGoroutines(cfg, inFlightTarget)
+}
+
+// setupKnitGoroutines: about n goroutines each make one blocking Task.Call
+// after another.
+func setupKnitGoroutines(cfg knit.Config, n int) (func(*testing.B), func() error, error) {
 	kp, err := newKnitPool(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx := context.Background()
 	body := func(b *testing.B) {
-		runInFlight(b, func(pb *testing.PB) {
+		runGoroutines(b, n, func(pb *testing.PB) {
 			var in uint64
 			for pb.Next() {
 				in++
