@@ -112,8 +112,8 @@ type Launch struct {
 	Refill func()
 	// Drain settles the results on the lane's return ring, as the pool's reaper does, and
 	// reports how many; 0 when another goroutine is draining it. A remote lane's receiver
-	// calls it when results find the ring full, rather than hand them to the reaper and
-	// wait for it. Nil: none.
+	// calls it on the results it has just published, rather than hand them to the reaper.
+	// Nil: none.
 	Drain func() int
 	// End is called once the incarnation has ended, with its classified end; normal: it
 	// ended on its own with success.

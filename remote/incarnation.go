@@ -524,9 +524,11 @@ func (c *incarnation) onFrame(f Frame, hardWhy string) *end {
 	return nil
 }
 
-// results takes a Results frame, on the endpoint's actor goroutine: each result is checked
-// and published on the return ring at once, unless the ring is full (the forwarder then
-// publishes it once the pool's drain rings it: hasRoom). A result that breaks the protocol ends the lane (through the forwarder).
+// results takes a Results frame, on the endpoint's actor goroutine: each result is checked,
+// published on the return ring and settled there (Launch.Drain), a ring at a time. Results
+// the ring has no room for (another goroutine is draining it) wait for the forwarder, which
+// publishes them once that drain rings it (hasRoom). A result that breaks the protocol ends
+// the lane (through the forwarder).
 func (c *incarnation) results(f Frame) {
 	c.mu.Lock()
 	if c.over || c.brokeWhy != "" {
@@ -548,11 +550,10 @@ func (c *incarnation) results(f Frame) {
 	if err := it.Err(); err != nil && c.brokeWhy == "" {
 		c.brokeWhy = "results that do not decode: " + err.Error()
 	}
-	// The results are settled here, on the ring as published, rather than by the pool's
-	// reaper after a hand-off to it for each frame, and a frame larger than the ring (it
-	// holds 32, a frame up to a window) is published a ring at a time, rather than relayed
-	// by the reaper and the forwarder 32 results at a time. What is left on the ring (another
-	// goroutine was draining it) is the reaper's: left rings it.
+	// Settled here, a frame's results cost no hand-off to the pool's reaper, and a frame
+	// larger than the ring (32; a frame holds up to a window) is not relayed 32 results at a
+	// time by the reaper and the forwarder. What is left on the ring (another goroutine was
+	// draining it) is the reaper's: left rings it.
 	published := c.publishLocked()
 	left := published > 0
 	for left && c.brokeWhy == "" && c.launch.Drain != nil {
