@@ -2,7 +2,9 @@ package knit_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,11 +52,10 @@ func TestRemoteStress(t *testing.T) {
 
 	t.Run("goroutines", func(t *testing.T) {
 		var n atomic.Int64
+		var wg sync.WaitGroup
 		end := time.Now().Add(d)
-		done := make(chan struct{}, w)
 		for g := range w {
-			go func() {
-				defer func() { done <- struct{}{} }()
+			wg.Go(func() {
 				for i := int64(0); time.Now().Before(end); i++ {
 					got, err := add.Call(ctx, p, [2]int64{int64(g), i})
 					if err != nil || got != int64(g)+i {
@@ -63,15 +64,40 @@ func TestRemoteStress(t *testing.T) {
 					}
 					n.Add(1)
 				}
-			}()
+			})
 		}
-		for range w {
-			<-done
-		}
+		wg.Wait()
 		t.Logf("%d calls", n.Load())
 	})
 
 	if m := knit.RemoteMissedWakes(p); m != 0 {
 		t.Errorf("the forwarders lost %d wakes (caught by the heartbeat)", m)
+	}
+}
+
+// BenchmarkRemoteCallers: n goroutines make blocking Calls, one after another each, b.N in
+// all, on a pool of 2 remote lanes on one node. Fewer callers than a lane's window
+// (remote.Window) never fill it: the shape in which the forwarder once sent a frame a call (docs/benchmarks.md, "A
+// lost wake at a full window"). go test -run '^$' -bench BenchmarkRemoteCallers .
+func BenchmarkRemoteCallers(b *testing.B) {
+	nodes := startNodes(b, 1)
+	p := remotePool(b, knit.Config{Lanes: 2}, nodes)
+	ctx := context.Background()
+	for _, n := range []int{1, 16, 64, 256, 1024} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range n {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						if got, err := add.Call(ctx, p, [2]int64{i, 1}); err != nil || got != i+1 {
+							b.Errorf("call %d: %d, %v", i, got, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
 	}
 }

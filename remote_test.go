@@ -75,7 +75,7 @@ func TestRemoteNodeHelper(t *testing.T) {
 
 // testNode is a node process.
 type testNode struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	addr string
 
@@ -87,7 +87,7 @@ type testNode struct {
 
 // startNode starts a node listening on addr ("127.0.0.1:0": a free port), with env added,
 // and waits until it serves. The test's cleanup kills it.
-func startNode(t *testing.T, addr string, env ...string) *testNode {
+func startNode(t testing.TB, addr string, env ...string) *testNode {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -201,7 +201,7 @@ func childrenOf(pid int) []string {
 	return kids
 }
 
-func startNodes(t *testing.T, n int, env ...string) []*testNode {
+func startNodes(t testing.TB, n int, env ...string) []*testNode {
 	t.Helper()
 	nodes := make([]*testNode, n)
 	var wg sync.WaitGroup
@@ -225,7 +225,7 @@ func addrs(nodes []*testNode) []string {
 	return a
 }
 
-func remotePool(t *testing.T, cfg knit.Config, nodes []*testNode, tasks ...knit.Definition) *knit.Pool {
+func remotePool(t testing.TB, cfg knit.Config, nodes []*testNode, tasks ...knit.Definition) *knit.Pool {
 	t.Helper()
 	cfg.Runtime = knit.Remote
 	cfg.Remote.Nodes = addrs(nodes)
