@@ -69,11 +69,11 @@ type lane struct {
 	stalled   bool
 	stalledAt uint32
 	// longSeq and longSince are the watchdog's too: the call the lane was running at its
-	// looks, and since when (moveQueued); long says it has run MoveQueuedAfter, and the
-	// balancer passes the lane by.
+	// looks, and since when (moveQueued); long is longSince in Unix nanoseconds once that
+	// call has run MoveQueuedAfter (0 before), and the balancer passes the lane by.
 	longSeq   uint64
 	longSince time.Time
-	long      atomic.Bool
+	long      atomic.Int64
 	moved     atomic.Uint64 // calls moved from behind a long call (LaneStats.Moved)
 	idle      chan struct{} // a retiring lane's last call has settled (recycle.go)
 }

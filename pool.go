@@ -474,10 +474,10 @@ func (p *Pool) pick(d actors.Def) *lane {
 	var long *lane // a lane held up by a long call: the last choice (moveQueued)
 	for k := range n {
 		if l := p.slots[(start+k)%n].cur.Load(); l != nil && l.State() == lifecycle.LaneReady {
-			if !l.long.Load() {
+			if l.long.Load() == 0 {
 				return l
 			}
-			long = cmp.Or(long, l)
+			long = laterLong(long, l)
 		}
 	}
 	return long
@@ -510,8 +510,8 @@ func (p *Pool) leastLoaded(d actors.Def) *lane {
 		if l == nil || l.State() != lifecycle.LaneReady {
 			continue
 		}
-		if l.long.Load() { // held up by a long call: the last choice (moveQueued)
-			long = cmp.Or(long, l)
+		if l.long.Load() != 0 { // held up by a long call: the last choice (moveQueued)
+			long = laterLong(long, l)
 			continue
 		}
 		load := l.inflight.Load()
@@ -563,7 +563,7 @@ func (p *Pool) spinner(share int32) *lane {
 	bestLoad := share
 	for i := range min(p.spinLanes, p.laneCount()) {
 		l := p.slots[i].cur.Load()
-		if l == nil || l.State() != lifecycle.LaneReady || l.long.Load() {
+		if l == nil || l.State() != lifecycle.LaneReady || l.long.Load() != 0 {
 			continue
 		}
 		if load := l.inflight.Load(); load < bestLoad {

@@ -70,12 +70,28 @@ func (l *lane) runsLong(now time.Time, after time.Duration) (long, running bool)
 	running = fastpath.Busy(word)
 	if seq := fastpath.Started(word); !running || seq != l.longSeq || l.longSince.IsZero() {
 		l.longSeq, l.longSince = seq, now
-		l.long.Store(false)
+		l.long.Store(0)
 		return false, running
 	}
 	long = now.Sub(l.longSince) >= after
-	l.long.Store(long)
+	if long {
+		l.long.Store(l.longSince.UnixNano())
+	} else {
+		l.long.Store(0)
+	}
 	return long, running
+}
+
+// laterLong is whichever of two lanes held up by a long call (nil: none) started its long
+// call later. When every lane is held up, a call goes there: the longer a call has run, the
+// longer it is likely to run still, and the lane that merely ran one call slowly (a loaded
+// machine can stall a lane for MoveQueuedAfter) should not send calls back behind the
+// call that has run for minutes, from where they would move again.
+func laterLong(a, b *lane) *lane {
+	if a == nil || b.long.Load() > a.long.Load() {
+		return b
+	}
+	return a
 }
 
 // moveQueued moves the calls queued behind the lane's long call to other lanes.
