@@ -75,7 +75,9 @@ func TestCloseWithFrozenLane(t *testing.T) {
 // A lane whose doorbell is gone still has its results collected (the watchdog polls the
 // return rings).
 func TestLostDoorbell(t *testing.T) {
-	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), Liveness: 300 * time.Millisecond, CallerSpin: -1}, closeBell)
+	// The default Liveness (the watchdog polls every second): a short one on a loaded
+	// machine can kill the lane as unresponsive, failing a call.
+	p := newProcessPool(t, knit.Config{Lanes: 1, Logger: quiet(), CallerSpin: -1}, closeBell)
 	for range 3 {
 		if v, err := closeBell.Call(context.Background(), p, 0); err != nil || v != 7 {
 			t.Fatalf("call after the doorbell was replaced: %d, %v", v, err)
@@ -495,9 +497,11 @@ func TestHostileScribbleWholeRegion(t *testing.T) {
 func scribbleWholeRegion(t *testing.T, mode knit.SharedMemoryMode) {
 	base := takeBaseline(t)
 	rec := newRecorder()
+	// The default Liveness: a short one on a loaded machine can kill an innocent lane as
+	// unresponsive, which this test asserts never happens.
 	p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 3, Logger: quiet(), OnEvent: rec.record,
-		Liveness: 300 * time.Millisecond, Balancer: knit.RoundRobin,
-		Process: knit.ProcessConfig{Env: quickExit, SharedMemory: mode}}, moreHostileTasks...)
+		Balancer: knit.RoundRobin,
+		Process:  knit.ProcessConfig{Env: quickExit, SharedMemory: mode}}, moreHostileTasks...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -729,8 +733,10 @@ func TestHostileFrozenSpare(t *testing.T) {
 	t.Run("waiting", func(t *testing.T) {
 		base := takeBaseline(t)
 		rec := newRecorder()
+		// The default Liveness: a restart on a loaded machine may take longer than a short one
+		// to report ready, and this test asserts that no restart fails.
 		p, err := knit.NewPool(knit.Config{Runtime: knit.Process, Lanes: 1, Logger: quiet(), OnEvent: rec.record,
-			Liveness: 300 * time.Millisecond, Process: knit.ProcessConfig{Env: quickExit}}, moreHostileTasks...)
+			Process: knit.ProcessConfig{Env: quickExit}}, moreHostileTasks...)
 		if err != nil {
 			t.Fatal(err)
 		}
