@@ -155,7 +155,8 @@ type Config struct {
 	// behind it on that lane move to other lanes, which take them sooner, at most 24h
 	// (default 100ms; negative: they wait). A call that has started never moves, and a lane
 	// that has run one call that long gets no new calls until it is done with it. Nothing
-	// moves while every lane is in that state. Goroutine lanes steal instead (Steal).
+	// moves while every lane is in that state; a call then goes to the lane whose long call
+	// began last. Goroutine lanes steal instead (Steal).
 	MoveQueuedAfter time.Duration
 	// Propagator carries values of each caller's context into process lanes — with
 	// propagation.TraceContext{}, a trace goes on in the task — when the lane binary's
