@@ -196,6 +196,20 @@ func runScenario(s scenario) (res result) {
 	takeFailure()
 	takeFastLatency()
 	runtime.GC()
+	br, err := benchmark(body)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	res.fill(br)
+	if p50, p99, n, ok := takeFastLatency(); ok {
+		res.FastP50Ns, res.FastP99Ns, res.FastCalls = p50, p99, n
+	}
+	return res
+}
+
+// benchmark runs body under testing.Benchmark (for -test.benchtime).
+func benchmark(body func(*testing.B)) (testing.BenchmarkResult, error) {
 	br := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		body(b)
@@ -204,22 +218,21 @@ func runScenario(s scenario) (res result) {
 		}
 	})
 	if err := takeFailure(); err != nil {
-		res.Err = err.Error()
-		return res
+		return br, err
 	}
 	if br.N == 0 || br.T <= 0 {
-		res.Err = "benchmark did not run"
-		return res
+		return br, errors.New("benchmark did not run")
 	}
+	return br, nil
+}
+
+// fill sets the row's figures from br (which may sum several runs).
+func (res *result) fill(br testing.BenchmarkResult) {
 	res.N = br.N
 	res.NsPerOp = float64(br.T.Nanoseconds()) / float64(br.N)
 	res.CallsPerSec = 1e9 / res.NsPerOp
 	res.AllocsPerOp = float64(br.MemAllocs) / float64(br.N)
 	res.BytesPerOp = float64(br.MemBytes) / float64(br.N)
-	if p50, p99, n, ok := takeFastLatency(); ok {
-		res.FastP50Ns, res.FastP99Ns, res.FastCalls = p50, p99, n
-	}
-	return res
 }
 
 // allScenarios lists the rows in table order. knit's own rows come last,

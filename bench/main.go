@@ -57,6 +57,7 @@ type options struct {
 	plotFrom   string // a -json report to render instead of running
 	plotFormat string
 	rounds     int // paired rounds of each target's two rows (rounds.go)
+	interleave int // slices a round-trip pair alternates in, per round (0: back to back)
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -72,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	plotFrom := fs.String("plot-from", "", "do not run: read this `file` (written by -json) and print its tables (and, with -plots, draw its plots)")
 	plotFormat := fs.String("plot-format", "svg", "file type of the plots: svg, png or pdf")
 	rounds := fs.Int("rounds", 3, "after the main pass, measure each target's two rows back to back this many `times` and judge the target by the median ratio (0: judge the main pass)")
+	interleave := fs.Int("interleave", 0, "in each paired round, run a round-trip target's two rows (one call in flight, no load) set up together, taking turns this many `times` (0: one after the other)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run . [flags]\n\nScenarios:\n")
 		for _, s := range allScenarios() {
@@ -91,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	o := options{short: *short, json: *asJSON, ref: *ref, benchtime: *benchtime, idle: *idle,
-		plots: *plots, plotFrom: *plotFrom, plotFormat: *plotFormat, rounds: *rounds}
+		plots: *plots, plotFrom: *plotFrom, plotFormat: *plotFormat, rounds: *rounds, interleave: *interleave}
 	if !plotFormats[o.plotFormat] {
 		return options{}, fmt.Errorf("-plot-format %q: want svg, png or pdf", o.plotFormat)
 	}
@@ -116,6 +118,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.idle <= 0 {
 		return options{}, fmt.Errorf("-idle must be positive")
+	}
+	if o.interleave < 0 {
+		return options{}, fmt.Errorf("-interleave must not be negative")
 	}
 	if o.rounds < 0 {
 		return options{}, fmt.Errorf("-rounds must not be negative")
@@ -175,7 +180,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var rounds []pairRound
 	roundFailed := false
 	if opts.rounds > 0 {
-		rounds = measurePairs(targetPairs(targets), all, opts.rounds, stderr)
+		rounds = measurePairs(targetPairs(targets), all, opts.rounds, opts.interleave, opts.benchtime, stderr)
 		for _, r := range rounds {
 			if r.A.Err != "" || r.B.Err != "" {
 				roundFailed = true

@@ -3,10 +3,13 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -20,6 +23,14 @@ import (
 // for -rounds rounds (the first row first in even rounds, second in odd ones),
 // and judges the target by the median of the rounds' ratios. The table rows
 // and the plots keep the main pass.
+//
+// Within a round the VM can still change speed between the two rows, a
+// second apart: a round trip over loopback (a remote call, two processes and
+// a gRPC connection each way) read 150 to 320 µs from one round to the next.
+// With -interleave N a round-trip pair (one call in flight, no load) runs
+// both rows' setups at once and alternates between them N times, each slice
+// a testing.Benchmark of benchtime/N, and sums each row's slices: both rows
+// then sample the same stretch of the VM's time.
 
 // pairRound is one adjacent measurement of a target's two rows.
 type pairRound struct {
@@ -27,6 +38,9 @@ type pairRound struct {
 	Against string `json:"against"`
 	A       result `json:"a"`
 	B       result `json:"b"`
+	// Slices is how many times the two rows took turns (-interleave); 0: one
+	// after the other.
+	Slices int `json:"slices,omitempty"`
 }
 
 // targetPairs lists, once each and in target order, the (row, against) pairs
@@ -50,7 +64,7 @@ func paired(t targetResult) bool { return t.Against != "" && t.Status != "n/a" }
 // measurePairs measures every pair rounds times, its two rows back to back.
 // A pair whose scenario is unknown is skipped; a row that fails is kept with
 // its error (applyRounds ignores that round).
-func measurePairs(pairs [][2]string, all []scenario, rounds int, stderr io.Writer) []pairRound {
+func measurePairs(pairs [][2]string, all []scenario, rounds, interleave int, benchtime time.Duration, stderr io.Writer) []pairRound {
 	byName := map[string]scenario{}
 	for _, s := range all {
 		byName[s.name] = s
@@ -66,7 +80,10 @@ func measurePairs(pairs [][2]string, all []scenario, rounds int, stderr io.Write
 			fmt.Fprintf(stderr, "round %d/%d: %s ÷ %s ", k+1, rounds, p[0], p[1])
 			t0 := time.Now()
 			pr := pairRound{Row: p[0], Against: p[1]}
-			if k%2 == 0 {
+			if interleave > 0 && interleavable(a) && interleavable(b) {
+				pr.A, pr.B = runInterleaved(a, b, k%2 == 1, interleave, benchtime)
+				pr.Slices = interleave
+			} else if k%2 == 0 {
 				pr.A, pr.B = runScenario(a), runScenario(b)
 			} else {
 				pr.B, pr.A = runScenario(b), runScenario(a)
@@ -125,4 +142,79 @@ func median(xs []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// interleavable reports whether s may run interleaved with another row: a
+// timed loop with one call in flight on an otherwise idle machine (a loaded
+// row's setup starts busy loops, which two setups at once would double).
+func interleavable(s scenario) bool {
+	return s.setup != nil && s.measure == nil && s.inFlight == 1 && s.meta.Load == ""
+}
+
+// interleaveSettle is the pause before each slice: a process lane (and a knit
+// node's lane, NodeConfig.LaneSpin) polls for up to a millisecond after its
+// last call before it parks, and must not run beside the other row's slice.
+const interleaveSettle = 5 * time.Millisecond
+
+// runInterleaved sets a and b up together and measures them in turns, slices
+// times each (b first in each turn when bFirst), each slice a testing.Benchmark
+// of benchtime/slices; each row's result sums its slices.
+func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Duration) (ra, rb result) {
+	ra = result{Name: a.name, InFlight: a.inFlight, rowMeta: a.meta}
+	rb = result{Name: b.name, InFlight: b.inFlight, rowMeta: b.meta}
+	bodyA, cleanA, err := a.setup()
+	if err != nil {
+		ra.Err = "setup: " + err.Error()
+		return ra, rb
+	}
+	defer func() {
+		if err := cleanA(); err != nil && ra.Err == "" {
+			ra.Err = "cleanup: " + err.Error()
+		}
+	}()
+	bodyB, cleanB, err := b.setup()
+	if err != nil {
+		rb.Err = "setup: " + err.Error()
+		return ra, rb
+	}
+	defer func() {
+		if err := cleanB(); err != nil && rb.Err == "" {
+			rb.Err = "cleanup: " + err.Error()
+		}
+	}()
+	slice := max(benchtime/time.Duration(slices), time.Millisecond)
+	if err := flag.Set("test.benchtime", slice.String()); err != nil {
+		ra.Err = err.Error()
+		return ra, rb
+	}
+	defer func() { _ = flag.Set("test.benchtime", benchtime.String()) }()
+	type side struct {
+		body func(*testing.B)
+		res  *result
+		sum  testing.BenchmarkResult
+	}
+	sides := [2]*side{{body: bodyA, res: &ra}, {body: bodyB, res: &rb}}
+	if bFirst {
+		sides[0], sides[1] = sides[1], sides[0]
+	}
+	takeFailure()
+	for range slices {
+		for _, sd := range sides {
+			runtime.GC()
+			time.Sleep(interleaveSettle)
+			br, err := benchmark(sd.body)
+			if err != nil {
+				sd.res.Err = err.Error()
+				return ra, rb
+			}
+			sd.sum.N += br.N
+			sd.sum.T += br.T
+			sd.sum.MemAllocs += br.MemAllocs
+			sd.sum.MemBytes += br.MemBytes
+		}
+	}
+	for _, sd := range sides {
+		sd.res.fill(sd.sum)
+	}
+	return ra, rb
 }

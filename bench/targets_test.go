@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // syntheticResults gives every classified row of the harness the same
@@ -290,7 +291,7 @@ func TestMeasurePairs(t *testing.T) {
 		}}
 	}
 	all := []scenario{row("a"), row("b")}
-	rounds := measurePairs([][2]string{{"a", "b"}, {"a", "missing"}}, all, 2, io.Discard)
+	rounds := measurePairs([][2]string{{"a", "b"}, {"a", "missing"}}, all, 2, 0, time.Second, io.Discard)
 	if got := strings.Join(order, ","); got != "a,b,b,a" {
 		t.Fatalf("order %s, want a,b,b,a", got)
 	}
@@ -301,5 +302,50 @@ func TestMeasurePairs(t *testing.T) {
 		if r.Row != "a" || r.Against != "b" || r.A.Name != "a" || r.B.Name != "b" || !measured(&r.A) || !measured(&r.B) {
 			t.Fatalf("round filed wrong: %+v", r)
 		}
+	}
+}
+
+// TestMeasurePairsInterleaved: with -interleave a round-trip pair is set up once per round,
+// both rows at once, and its rows take turns, the first row first in even rounds; each
+// row's result sums its slices. A row with more than one call in flight runs as before.
+func TestMeasurePairsInterleaved(t *testing.T) {
+	old := flag.Lookup("test.benchtime").Value.String()
+	defer flag.Set("test.benchtime", old)
+	var order []string
+	setups, cleanups := 0, 0
+	row := func(name string, inFlight int) scenario {
+		return scenario{name: name, inFlight: inFlight, setup: func() (func(*testing.B), func() error, error) {
+			setups++
+			body := func(b *testing.B) {
+				if len(order) == 0 || order[len(order)-1] != name {
+					order = append(order, name)
+				}
+			}
+			return body, func() error { cleanups++; return nil }, nil
+		}}
+	}
+	all := []scenario{row("a", 1), row("b", 1), row("w", 1024)}
+	rounds := measurePairs([][2]string{{"a", "b"}}, all, 2, 3, 3*time.Millisecond, io.Discard)
+	if got := strings.Join(order, ","); got != "a,b,a,b,a,b,a,b,a,b,a" { // round 1 starts with b
+		t.Fatalf("order %s, want three turns a,b then three b,a", got)
+	}
+	if setups != 4 || cleanups != 4 {
+		t.Fatalf("%d setups and %d cleanups, want 4 each (both rows once a round)", setups, cleanups)
+	}
+	if got := flag.Lookup("test.benchtime").Value.String(); got != "3ms" {
+		t.Fatalf("benchtime left at %s, want 3ms restored", got)
+	}
+	for _, r := range rounds {
+		if r.Slices != 3 || r.A.Name != "a" || r.B.Name != "b" || !measured(&r.A) || !measured(&r.B) || r.A.Err != "" {
+			t.Fatalf("round filed wrong: %+v", r)
+		}
+	}
+	order = nil
+	if err := flag.Set("test.benchtime", "1x"); err != nil {
+		t.Fatal(err)
+	}
+	rounds = measurePairs([][2]string{{"w", "a"}}, all, 1, 3, time.Second, io.Discard)
+	if got := strings.Join(order, ","); got != "w,a" || rounds[0].Slices != 0 {
+		t.Fatalf("a window row interleaved: order %s, slices %d", got, rounds[0].Slices)
 	}
 }
