@@ -80,12 +80,21 @@ func measurePairs(pairs [][2]string, all []scenario, rounds, interleave int, ben
 			fmt.Fprintf(stderr, "round %d/%d: %s ÷ %s ", k+1, rounds, p[0], p[1])
 			t0 := time.Now()
 			pr := pairRound{Row: p[0], Against: p[1]}
-			if interleave > 0 && interleavable(a) && interleavable(b) {
-				pr.A, pr.B = runInterleaved(a, b, k%2 == 1, interleave, benchtime)
-				pr.Slices = interleave
-			} else if k%2 == 0 {
+			together := interleave > 0 && interleavable(a) && interleavable(b)
+			if together {
+				var err error
+				if pr.A, pr.B, err = runInterleaved(a, b, k%2 == 1, interleave, benchtime); err != nil {
+					fmt.Fprintf(stderr, "(the two rows cannot be set up together: %v; one after the other) ", err)
+					together = false
+				} else {
+					pr.Slices = interleave
+				}
+			}
+			switch {
+			case together:
+			case k%2 == 0:
 				pr.A, pr.B = runScenario(a), runScenario(b)
-			} else {
+			default:
 				pr.B, pr.A = runScenario(b), runScenario(a)
 			}
 			fmt.Fprintf(stderr, "%v\n", time.Since(t0).Round(time.Millisecond))
@@ -158,14 +167,15 @@ const interleaveSettle = 5 * time.Millisecond
 
 // runInterleaved sets a and b up together and measures them in turns, slices
 // times each (b first in each turn when bFirst), each slice a testing.Benchmark
-// of benchtime/slices; each row's result sums its slices.
-func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Duration) (ra, rb result) {
+// of benchtime/slices; each row's result sums its slices. It returns an error,
+// and no results, when the two cannot be set up together (two remote pools
+// with different TLS settings share no process); then nothing is measured.
+func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Duration) (ra, rb result, err error) {
 	ra = result{Name: a.name, InFlight: a.inFlight, rowMeta: a.meta}
 	rb = result{Name: b.name, InFlight: b.inFlight, rowMeta: b.meta}
 	bodyA, cleanA, err := a.setup()
 	if err != nil {
-		ra.Err = "setup: " + err.Error()
-		return ra, rb
+		return ra, rb, err
 	}
 	defer func() {
 		if err := cleanA(); err != nil && ra.Err == "" {
@@ -174,8 +184,7 @@ func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Durat
 	}()
 	bodyB, cleanB, err := b.setup()
 	if err != nil {
-		rb.Err = "setup: " + err.Error()
-		return ra, rb
+		return ra, rb, err
 	}
 	defer func() {
 		if err := cleanB(); err != nil && rb.Err == "" {
@@ -184,8 +193,7 @@ func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Durat
 	}()
 	slice := max(benchtime/time.Duration(slices), time.Millisecond)
 	if err := flag.Set("test.benchtime", slice.String()); err != nil {
-		ra.Err = err.Error()
-		return ra, rb
+		return ra, rb, err
 	}
 	defer func() { _ = flag.Set("test.benchtime", benchtime.String()) }()
 	type side struct {
@@ -205,7 +213,7 @@ func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Durat
 			br, err := benchmark(sd.body)
 			if err != nil {
 				sd.res.Err = err.Error()
-				return ra, rb
+				return ra, rb, nil
 			}
 			sd.sum.N += br.N
 			sd.sum.T += br.T
@@ -216,5 +224,5 @@ func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Durat
 	for _, sd := range sides {
 		sd.res.fill(sd.sum)
 	}
-	return ra, rb
+	return ra, rb, nil
 }

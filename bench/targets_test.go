@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -347,5 +348,27 @@ func TestMeasurePairsInterleaved(t *testing.T) {
 	rounds = measurePairs([][2]string{{"w", "a"}}, all, 1, 3, time.Second, io.Discard)
 	if got := strings.Join(order, ","); got != "w,a" || rounds[0].Slices != 0 {
 		t.Fatalf("a window row interleaved: order %s, slices %d", got, rounds[0].Slices)
+	}
+
+	// Two rows that cannot be set up together run one after the other.
+	alive := 0
+	solo := func(name string) scenario {
+		return scenario{name: name, inFlight: 1, setup: func() (func(*testing.B), func() error, error) {
+			if alive > 0 {
+				return nil, nil, errors.New("one at a time")
+			}
+			alive++
+			body := func(b *testing.B) {
+				if len(order) == 0 || order[len(order)-1] != name {
+					order = append(order, name)
+				}
+			}
+			return body, func() error { alive--; return nil }, nil
+		}}
+	}
+	order = nil
+	rounds = measurePairs([][2]string{{"x", "y"}}, []scenario{solo("x"), solo("y")}, 1, 3, time.Second, io.Discard)
+	if got := strings.Join(order, ","); got != "x,y" || rounds[0].Slices != 0 || !measured(&rounds[0].A) || !measured(&rounds[0].B) {
+		t.Fatalf("rows that cannot run together: order %s, round %+v", got, rounds[0])
 	}
 }
