@@ -187,11 +187,7 @@ func runScenario(s scenario) (res result) {
 		res.Err = "setup: " + err.Error()
 		return res
 	}
-	defer func() {
-		if cerr := cleanup(); cerr != nil && res.Err == "" {
-			res.Err = "cleanup: " + cerr.Error()
-		}
-	}()
+	defer res.cleanUp(cleanup)
 
 	takeFailure()
 	takeFastLatency()
@@ -224,6 +220,13 @@ func benchmark(body func(*testing.B)) (testing.BenchmarkResult, error) {
 		return br, errors.New("benchmark did not run")
 	}
 	return br, nil
+}
+
+// cleanUp runs a row's cleanup and keeps its error unless the row failed first.
+func (res *result) cleanUp(cleanup func() error) {
+	if err := cleanup(); err != nil && res.Err == "" {
+		res.Err = "cleanup: " + err.Error()
+	}
 }
 
 // fill sets the row's figures from br (which may sum several runs).

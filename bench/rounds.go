@@ -177,20 +177,12 @@ func runInterleaved(a, b scenario, bFirst bool, slices int, benchtime time.Durat
 	if err != nil {
 		return ra, rb, err
 	}
-	defer func() {
-		if err := cleanA(); err != nil && ra.Err == "" {
-			ra.Err = "cleanup: " + err.Error()
-		}
-	}()
+	defer ra.cleanUp(cleanA)
 	bodyB, cleanB, err := b.setup()
 	if err != nil {
 		return ra, rb, err
 	}
-	defer func() {
-		if err := cleanB(); err != nil && rb.Err == "" {
-			rb.Err = "cleanup: " + err.Error()
-		}
-	}()
+	defer rb.cleanUp(cleanB)
 	slice := max(benchtime/time.Duration(slices), time.Millisecond)
 	if err := flag.Set("test.benchtime", slice.String()); err != nil {
 		return ra, rb, err
