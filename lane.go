@@ -50,6 +50,13 @@ type lane struct {
 	reaper   bool         // results are drained by a reaper goroutine (Incarnation.Remote)
 	waiters  atomic.Int32 // calls whose settlement is up to the reaper
 	kick     chan struct{}
+	// agentDrains: a node's agent drains the lane's one call in flight itself
+	// (nodeLane.awaitOne), so the reaper idles until kicked instead of sleeping on the
+	// doorbell, which the lane would ring with every result (a write to the eventfd, and a
+	// wake-up of the reaper through the netpoller while the agent sends the result).
+	// Whoever clears it kicks the reaper.
+	agentDrains atomic.Bool
+	idling      atomic.Bool // the reaper idles until kicked (tests watch it)
 	// directDone is the return ring's direct doorbell, which a caller alone on the lane sleeps
 	// on itself (waitDirect); direct is held while one does.
 	directDone fastpath.Completion
@@ -460,19 +467,21 @@ func (l *lane) reap() {
 			return
 		default:
 		}
-		// Nobody waits, or a spinning caller drains for everyone: idle until kicked. Not
+		// Nobody waits, or a spinning caller (or a node's agent) drains: idle until kicked. Not
 		// while the lane is stopping: a spinner drains every lane but notes only its own
 		// lane's acknowledgement, so this reaper must wait for it on the doorbell.
-		if l.State() != lifecycle.LaneStopping && (!l.needsReaper() && l.p.futures.Load() == 0 && !l.p.closing.Load() || l.p.spinning.Load()) {
+		if l.State() != lifecycle.LaneStopping && (!l.needsReaper() && l.p.futures.Load() == 0 && !l.p.closing.Load() || l.p.spinning.Load() || l.agentDrains.Load()) {
 			// The safety net drains, now and then, results nobody has asked for yet: those
 			// of futures nobody waits on, or the last calls of a retiring lane.
 			safety.Reset(reapSafety)
+			l.idling.Store(true)
 			select {
 			case <-l.kick:
 			case <-safety.C:
 			case <-l.Settled():
 				return
 			}
+			l.idling.Store(false)
 			continue
 		}
 		// While results keep coming, drain them by polling (for every lane: one reaper

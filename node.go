@@ -243,6 +243,7 @@ type nodeHost struct {
 	maxCall   int
 	packBelow time.Duration // packBelow's, when the session began
 	packs     atomic.Uint64 // chunks of calls packed (logged when the session ends)
+	awaited   atomic.Uint64 // calls the agent awaited until answered (awaitOne; logged too)
 
 	mu       sync.Mutex
 	lanes    map[*nodeLane]struct{}
@@ -314,7 +315,8 @@ func (h *nodeHost) Close() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // nothing is left to wait for
 	_ = h.p.Close(ctx)
-	h.n.root.Debug("host session ended", zap.String("pool", h.p.Name()), zap.Uint64("chunks_packed", h.packs.Load()))
+	h.n.root.Debug("host session ended", zap.String("pool", h.p.Name()), zap.Uint64("chunks_packed", h.packs.Load()),
+		zap.Uint64("calls_awaited", h.awaited.Load()))
 }
 
 // A nodeLane is one of the host's lanes on this node: a process lane of the node's pool.
@@ -400,19 +402,31 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 	} else {
 		nl.ones = 0
 	}
-	polling := nl.ones > actors.OneAtATime && nl.l.polling()
+	// A lane that polls for its calls, one at a time, answers a quick one within
+	// microseconds: its result is awaited here (awaitOne), the reaper idle meanwhile
+	// (lane.agentDrains). Otherwise the reaper is rung to linger for the results while the
+	// lane wakes and runs them.
+	await := nl.ones > actors.OneAtATime && len(calls) == 1 && nl.l.polling()
+	if await {
+		nl.l.agentDrains.Store(true)
+	}
 	taken, err := nl.l.ring.SubmitBatch(calls)
 	stamp.S(stamp.NodeSubmitted)
-	// A lane that polls for its calls, one at a time, answers a quick one within
-	// microseconds: its result is awaited here (awaitOne). Otherwise the reaper is rung to
-	// linger for the results while the lane wakes and runs them.
-	await := polling && len(calls) == 1 && taken == 1 && !nl.l.rang.Load()
-	if taken > 0 && !await {
-		nl.l.expectResults()
+	await = await && taken == 1 && !nl.l.rang.Load()
+	if !await {
+		nl.reaperDrains()
+		if taken > 0 {
+			nl.l.expectResults()
+		}
 	}
 	nl.untaken(recs[taken:])
-	if await && !nl.awaitOne(recs[0]) {
-		nl.l.expectResults()
+	if await {
+		if nl.awaitOne(recs[0]) {
+			nl.h.awaited.Add(1)
+		} else {
+			nl.reaperDrains()
+			nl.l.expectResults()
+		}
 	}
 	for _, r := range recs[:taken] {
 		if hard := r.def.real.Options().HardTimeout; hard > 0 {
@@ -641,6 +655,13 @@ func (nl *nodeLane) watchHard(rd *rawDef, r *rawRec, gen uint32, hard time.Durat
 		nl.l.Kill(lifecycle.Exit{HardTimeout: fmt.Sprintf("task %q overran %v", rd.Name(), hard)})
 	}
 	time.AfterFunc(hard, look)
+}
+
+// reaperDrains hands the lane's results back to its reaper after the agent awaited them.
+func (nl *nodeLane) reaperDrains() {
+	if nl.l.agentDrains.Swap(false) {
+		nl.l.kickReaper()
+	}
 }
 
 // awaitOne drains the lane until call r is answered, for at most the pool's caller spin

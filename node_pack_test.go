@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -280,4 +281,76 @@ func TestNodeUnpackRefusesBadOutcomes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A lane fed one call at a time polls for the next, and the node's agent awaits each
+// result itself: meanwhile the lane's reaper idles, off the doorbell, so that the lane does
+// not ring it (an eventfd write and a wake-up) with every result. A batch afterwards hands
+// the results back to the reaper.
+func TestNodeAgentDrainsCallsOneAtATime(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a node's lanes poll only beside a free core (GOMAXPROCS ≥ 2)")
+	}
+	h, nl, out, fns := packSession(t, 1<<20, packSquare.def)
+	fn := fns[packSquare.Name()]
+	seq := uint64(0)
+	one := func() {
+		t.Helper()
+		seq++
+		if err := nl.Submit([]remote.Call{intCall(t, seq, fn, 2, true)}); err != nil {
+			t.Fatal(err)
+		}
+		if r := out.await(t, seq)[seq]; actors.Outcome(r.Outcome) != actors.OK {
+			t.Fatalf("call %d: outcome %d", seq, r.Outcome)
+		}
+	}
+	// A loaded machine can keep the lane from polling (a descheduled spinner parks for a
+	// while): streaks until one ends with the agent awaiting.
+	for streak := 0; !nl.l.agentDrains.Load(); streak++ {
+		if streak == 20 {
+			t.Skipf("the lane did not poll in 20 streaks of calls (%d awaited)", h.awaited.Load())
+		}
+		for range 2 * actors.OneAtATime {
+			one()
+		}
+	}
+	// The reaper, rung at most once since, idles until kicked.
+	deadline := time.Now().Add(time.Minute)
+	for !nl.l.idling.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the reaper does not idle while the agent awaits the results")
+		}
+		if !nl.l.agentDrains.Load() {
+			one() // an await ran out: the reaper drains again until the next
+		}
+		runtime.Gosched()
+	}
+	// A batch: its results are the reaper's again.
+	first := seq + 1
+	cs := make([]remote.Call, 40)
+	for i := range cs {
+		seq++
+		cs[i] = intCall(t, seq, fn, i%10, true)
+	}
+	if err := nl.Submit(cs); err != nil {
+		t.Fatal(err)
+	}
+	if nl.l.agentDrains.Load() {
+		t.Fatal("the agent still drains after a batch")
+	}
+	res := out.await(t, seqsFrom(first, seq)...)
+	for i := range cs {
+		s := first + uint64(i)
+		if v, err := packSquare.def.OutCdc.Decode(res[s].Payload); err != nil || v != i%10*(i%10) {
+			t.Errorf("call %d: %d, %v; want %d", s, v, err, i%10*(i%10))
+		}
+	}
+}
+
+func seqsFrom(first, last uint64) []uint64 {
+	var s []uint64
+	for i := first; i <= last; i++ {
+		s = append(s, i)
+	}
+	return s
 }
