@@ -1,7 +1,8 @@
 // Command report lines up the stamps that a knitstamp build wrote (package stamp) call by
 // call, and prints how long a sequential call spends between each point of stamp.Path and
 // the next: quartiles over the calls that passed every point, the first tenth of the run
-// left out as warm-up.
+// left out as warm-up; then, for the slowest hundredth of the calls, which hop held each
+// longest.
 //
 //	go run ./internal/stamp/report DIR
 package main
@@ -66,6 +67,57 @@ func main() {
 	}
 	q := quartiles(totals)
 	fmt.Printf("%-59s %9v %9v %9v\n", "whole call", q[0], q[1], q[2])
+	slowest(calls)
+}
+
+// slowest prints where the slowest hundredth of the calls lost their time: for each, the
+// longest gap between two consecutive stamps (whatever points the call passed), and how
+// often each pair of points held it. It takes every call with both ends stamped, as the
+// tail is often the calls that missed a point.
+func slowest(calls [][]rec) {
+	type call struct {
+		total int64
+		c     []rec
+	}
+	var all []call
+	for _, c := range calls {
+		for _, r := range c {
+			if r.p == stamp.CallEnd {
+				all = append(all, call{r.t - c[0].t, c})
+				break
+			}
+		}
+	}
+	if len(all) < 100 {
+		return
+	}
+	slices.SortFunc(all, func(a, b call) int { return int(a.total - b.total) })
+	tail := all[len(all)-len(all)/100:]
+	type gap struct{ from, to stamp.Point }
+	count, sum := map[gap]int{}, map[gap]int64{}
+	for _, c := range tail {
+		var worst gap
+		var d int64 = -1
+		for i := 1; i < len(c.c); i++ {
+			if g := c.c[i].t - c.c[i-1].t; g > d {
+				worst, d = gap{c.c[i-1].p, c.c[i].p}, g
+			}
+		}
+		count[worst]++
+		sum[worst] += d
+	}
+	gaps := make([]gap, 0, len(count))
+	for g := range count {
+		gaps = append(gaps, g)
+	}
+	slices.SortFunc(gaps, func(a, b gap) int { return count[b] - count[a] })
+	fmt.Printf("\nslowest 1%% (%d of %d calls, from %v): the longest gap in each\n", len(tail), len(all),
+		time.Duration(tail[0].total).Round(time.Microsecond))
+	fmt.Printf("%-28s → %-28s %6s %9s\n", "from", "to", "calls", "mean gap")
+	for _, g := range gaps {
+		fmt.Printf("%-28s → %-28s %6d %9v\n", stamp.Names[g.from], stamp.Names[g.to], count[g],
+			time.Duration(sum[g]/int64(count[g])).Round(time.Microsecond))
+	}
 }
 
 // walk finds, for each point of the path, its first stamp after the previous point's, and
