@@ -248,13 +248,15 @@ func ReadsOfAnEndedLane(p *Pool, idx int) (slowWake, polling bool) {
 	return l.slowWake(), l.polling()
 }
 
-// TaskPace is the running time per call of task t that pool p's balancer knows (0: none, or
-// the pool keeps no pace).
+// TaskPace is the running time per call of task t that pool p has learned from its lanes
+// (0: none, or the pool keeps no pace): the average, which callers see (pace.ns) only once
+// it changes what a spinning lane may hold, so not at all while it stays at or over
+// spinnerWork, as it can for a while on a loaded machine after one descheduled call.
 func TaskPace[In, Out any](p *Pool, t *Task[In, Out]) time.Duration {
 	if p.pace == nil {
 		return 0
 	}
-	return time.Duration(p.pace[t.def.Index()].ns.Load())
+	return time.Duration(p.pace[t.def.Index()].avg.Load())
 }
 
 // SetTaskPace sets the pace pool p's balancer knows for task t.
