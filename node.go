@@ -412,19 +412,12 @@ func (nl *nodeLane) Submit(cs []remote.Call) error {
 	}
 	taken, err := nl.l.ring.SubmitBatch(calls)
 	stamp.S(stamp.NodeSubmitted)
-	await = await && taken == 1 && !nl.l.rang.Load()
-	if !await {
+	nl.untaken(recs[taken:])
+	if await && taken == 1 && !nl.l.rang.Load() && nl.awaitOne(recs[0]) {
+		nl.h.awaited.Add(1)
+	} else {
 		nl.reaperDrains()
 		if taken > 0 {
-			nl.l.expectResults()
-		}
-	}
-	nl.untaken(recs[taken:])
-	if await {
-		if nl.awaitOne(recs[0]) {
-			nl.h.awaited.Add(1)
-		} else {
-			nl.reaperDrains()
 			nl.l.expectResults()
 		}
 	}

@@ -305,24 +305,27 @@ func TestNodeAgentDrainsCallsOneAtATime(t *testing.T) {
 		}
 	}
 	// A loaded machine can keep the lane from polling (a descheduled spinner parks for a
-	// while): streaks until one ends with the agent awaiting.
-	for streak := 0; !nl.l.agentDrains.Load(); streak++ {
-		if streak == 20 {
-			t.Skipf("the lane did not poll in 20 streaks of calls (%d awaited)", h.awaited.Load())
-		}
-		for range 2 * actors.OneAtATime {
-			one()
+	// while), and an await can run out: streaks until one ends with the agent awaiting.
+	streaks := 0
+	awaiting := func() {
+		t.Helper()
+		for ; !nl.l.agentDrains.Load(); streaks++ {
+			if streaks == 20 {
+				t.Skipf("the lane did not poll in 20 streaks of calls (%d awaited)", h.awaited.Load())
+			}
+			for range 2 * actors.OneAtATime {
+				one()
+			}
 		}
 	}
+	awaiting()
 	// The reaper, rung at most once since, idles until kicked.
 	deadline := time.Now().Add(time.Minute)
 	for !nl.l.idling.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("the reaper does not idle while the agent awaits the results")
 		}
-		if !nl.l.agentDrains.Load() {
-			one() // an await ran out: the reaper drains again until the next
-		}
+		awaiting()
 		runtime.Gosched()
 	}
 	// A batch: its results are the reaper's again.
