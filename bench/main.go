@@ -58,6 +58,7 @@ type options struct {
 	plotFormat string
 	rounds     int // paired rounds of each target's two rows (rounds.go)
 	interleave int // slices a round-trip pair alternates in, per round (0: back to back)
+	latency    int // -remote-latency: calls of the latency probe (latency.go; 0: off)
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -74,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	plotFormat := fs.String("plot-format", "svg", "file type of the plots: svg, png or pdf")
 	rounds := fs.Int("rounds", 3, "after the main pass, measure each target's two rows back to back this many `times` and judge the target by the median ratio (0: judge the main pass)")
 	interleave := fs.Int("interleave", 0, "in each paired round, run a round-trip target's two rows (one call in flight, no load) set up together, taking turns this many `times` (0: one after the other)")
+	latency := fs.Int("remote-latency", 0, "do not run the rows: time this many sequential `calls` each of knit's remote lane and protoactor's RequestFuture, in alternating turns, and print their distributions and the machine's CPU per call")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run . [flags]\n\nScenarios:\n")
 		for _, s := range allScenarios() {
@@ -93,7 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	o := options{short: *short, json: *asJSON, ref: *ref, benchtime: *benchtime, idle: *idle,
-		plots: *plots, plotFrom: *plotFrom, plotFormat: *plotFormat, rounds: *rounds, interleave: *interleave}
+		plots: *plots, plotFrom: *plotFrom, plotFormat: *plotFormat, rounds: *rounds, interleave: *interleave, latency: *latency}
 	if !plotFormats[o.plotFormat] {
 		return options{}, fmt.Errorf("-plot-format %q: want svg, png or pdf", o.plotFormat)
 	}
@@ -119,6 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.idle <= 0 {
 		return options{}, fmt.Errorf("-idle must be positive")
 	}
+	if o.latency < 0 {
+		return options{}, fmt.Errorf("-remote-latency must not be negative")
+	}
 	if o.interleave < 0 {
 		return options{}, fmt.Errorf("-interleave must not be negative")
 	}
@@ -139,6 +144,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if opts.plotFrom != "" {
 		return render(opts, stdout, stderr)
+	}
+	if opts.latency > 0 {
+		if err := remoteLatency(opts.latency, stdout); err != nil {
+			fmt.Fprintln(stderr, "remote latency:", err)
+			return 1
+		}
+		return 0
 	}
 	idleWindow = opts.idle
 	defer removeBenchTLS()

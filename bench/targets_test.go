@@ -372,3 +372,18 @@ func TestMeasurePairsInterleaved(t *testing.T) {
 		t.Fatalf("rows that cannot run together: order %s, round %+v", got, rounds[0])
 	}
 }
+
+func TestSummarize(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- { // out of order: summarize sorts
+		ds = append(ds, time.Duration(i)*time.Microsecond)
+	}
+	q := summarize(ds)
+	want := quantiles{mean: 50500 * time.Nanosecond, p50: 50 * time.Microsecond, p90: 90 * time.Microsecond, p99: 99 * time.Microsecond}
+	if q != want {
+		t.Fatalf("summarize: %+v, want %+v", q, want)
+	}
+	if q := summarize(nil); q != (quantiles{}) {
+		t.Fatalf("summarize(nil): %+v", q)
+	}
+}
